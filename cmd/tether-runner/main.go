@@ -1,0 +1,63 @@
+// Command tether-runner is the agent inside a sandbox. A provider starts it with the controller's
+// URL, its allocation id and a one-use bootstrap token in the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/runner"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
+		fmt.Println("tether-runner", version)
+		return
+	}
+	// Take the token out of the environment before anything can be started: commands the runner
+	// executes must never see it.
+	token := os.Getenv(protocol.EnvRunnerToken)
+	os.Unsetenv(protocol.EnvRunnerToken)
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	root := os.Getenv(protocol.EnvWorkspaceRoot)
+	if root == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			log.Error("no workspace root", "err", err)
+			os.Exit(2)
+		}
+		root = wd
+	}
+	r, err := runner.New(runner.Config{
+		ControllerURL: os.Getenv(protocol.EnvControllerURL),
+		Token:         token,
+		AllocationID:  os.Getenv(protocol.EnvAllocationID),
+		Root:          root,
+		Version:       version,
+		Env:           os.Environ(),
+		Logger:        log,
+	})
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = r.Run(ctx)
+	// Stopping the runner stops the work it started: a stopped allocation runs nothing.
+	r.Shutdown()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("runner stopped", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller"
+	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/protocol"
+)
+
+const defaultAddr = "http://127.0.0.1:7420"
+
+// cli holds what every command shares: streams and how to reach the controller.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	addr, token    string
+	data           string
+}
+
+func (c *cli) addGlobalFlags(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&c.addr, "addr", "", "controller address (env TETHER_ADDR, default "+defaultAddr+")")
+	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator token (env TETHER_TOKEN, default read from DATA/operator.token)")
+	cmd.PersistentFlags().StringVar(&c.data, "data", "", "controller data directory (env TETHER_DATA, default ~/.tether)")
+}
+
+// dataDir resolves --data, then TETHER_DATA, then ~/.tether.
+func (c *cli) dataDir() string {
+	if c.data != "" {
+		return c.data
+	}
+	if d := os.Getenv("TETHER_DATA"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".tether"
+	}
+	return filepath.Join(home, ".tether")
+}
+
+// client finds the controller from --addr/TETHER_ADDR and the token from --token/TETHER_TOKEN or
+// the data dir's operator.token.
+func (c *cli) client() (*client.Client, error) {
+	addr := firstNonEmpty(c.addr, os.Getenv("TETHER_ADDR"), defaultAddr)
+	token := firstNonEmpty(c.token, os.Getenv("TETHER_TOKEN"))
+	if token == "" {
+		path := filepath.Join(c.dataDir(), controller.OperatorTokenFile)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, protocol.Errorf(protocol.CodeUnauthorized,
+					"no operator token: set TETHER_TOKEN, or TETHER_DATA/--data to the controller's data directory (%s has none)", path)
+			}
+			return nil, protocol.Errorf(protocol.CodeUnauthorized, "read operator token: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	return client.New(addr, token)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// printJSON prints exactly one JSON value.
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) printf(format string, args ...any) { fmt.Fprintf(c.stdout, format, args...) }

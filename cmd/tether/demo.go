@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/protocol"
+)
+
+func newDemoCmd(c *cli) *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Walk the whole journey on a temporary controller with the local provider",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), c, keep) },
+	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary data directory")
+	return cmd
+}
+
+// runDemo starts a real controller on a temporary data dir, creates a local workspace from a
+// sample Git repository, runs commands in it through the runner and shows the records.
+func runDemo(ctx context.Context, c *cli, keep bool) error {
+	tmp, err := os.MkdirTemp("", "tether-demo-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(tmp)
+	}
+	step := func(format string, args ...any) { c.printf("\n==> "+format+"\n", args...) }
+
+	step("starting a controller on a temporary data dir (%s)", tmp)
+	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: "local"}.config(filepath.Join(tmp, "data"))
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := controller.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(srvCtx, l) }()
+	defer func() { stop(); <-served }()
+	cl, err := client.New("http://"+l.Addr().String(), srv.OperatorToken())
+	if err != nil {
+		return err
+	}
+	c.printf("controller on http://%s\n", l.Addr())
+	// The demo's own CLI invocations talk to this controller.
+	demoCLI := *c
+	demoCLI.addr, demoCLI.token = cl.Addr(), srv.OperatorToken()
+
+	step("making a sample Git repository")
+	repo := filepath.Join(tmp, "sample-repo")
+	if err := makeSampleRepo(ctx, repo); err != nil {
+		return err
+	}
+	c.printf("%s: README.md, hello.sh, 2 commits\n", repo)
+
+	step("tether workspace create --provider local --source %s", repo)
+	start := time.Now()
+	ws, err := cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: "demo", Provider: "local"})
+	if err != nil {
+		return err
+	}
+	if ws.State != api.StateReady {
+		return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s is %s: %s", ws.ID, ws.State, ws.Reason)
+	}
+	if err := importSource(ctx, cl, ws.ID, repo); err != nil {
+		return err
+	}
+	c.printf("workspace %s (%s) ready in %s, runner connected, root %s\n", ws.ID, ws.Name, time.Since(start).Round(time.Millisecond), ws.Root)
+
+	for _, argv := range [][]string{
+		{"git", "log", "--oneline"},
+		{"git", "status", "--short", "--branch"},
+		{"sh", "-c", "./hello.sh; echo \"pwd: $(pwd)\"; echo 'to stderr' >&2"},
+		{"sh", "-c", "exit 3"},
+	} {
+		step("tether exec %s -- %s", ws.Name, strings.Join(argv, " "))
+		exit, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: argv}, nil, c.stdout, c.stderr)
+		if err != nil {
+			return err
+		}
+		c.printf("(exit status %d)\n", exit.Status())
+	}
+
+	step("tether run ls %s", ws.Name)
+	if err := demoCLI.run("run", "ls", ws.ID); err != nil {
+		return err
+	}
+	step("tether workspace ls")
+	if err := demoCLI.run("workspace", "ls"); err != nil {
+		return err
+	}
+	step("tether workspace rm %s", ws.Name)
+	if _, err := cl.DeleteWorkspace(ctx, ws.ID); err != nil {
+		return err
+	}
+	c.printf("removed %s; its runner and sandbox directory are gone\n", ws.ID)
+	step("done")
+	// Later capabilities (snapshot, restore, artifacts, services) join the journey here.
+	return nil
+}
+
+// run runs a CLI command with c's settings, so the demo shows the CLI's real output.
+func (c cli) run(args ...string) error {
+	cmd := newRootCmd(&c)
+	cmd.SetArgs(args)
+	cmd.SetOut(c.stdout)
+	cmd.SetErr(c.stderr)
+	return cmd.Execute()
+}
+
+func makeSampleRepo(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"README.md": "# sample\nA repository the Tether demo copies into a workspace.\n",
+		"hello.sh":  "#!/bin/sh\necho \"hello from a Tether workspace\"\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			return err
+		}
+	}
+	git := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Tether Demo", "GIT_AUTHOR_EMAIL=demo@tether.invalid",
+			"GIT_COMMITTER_NAME=Tether Demo", "GIT_COMMITTER_EMAIL=demo@tether.invalid")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main"}, {"add", "README.md"}, {"commit", "-q", "-m", "Add README"},
+		{"add", "hello.sh"}, {"commit", "-q", "-m", "Add hello.sh"},
+	} {
+		if err := git(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

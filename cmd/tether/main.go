@@ -1,0 +1,89 @@
+// Command tether is Tether's controller (`tether serve`) and its operator CLI.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitStatus ends the CLI with a status and no message: exec passes the command's status through.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns its exit status. Errors print as one line,
+// `error: <code>: <message>`, and exit with the code's status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := newRootCmd(&cli{stdin: stdin, stdout: stdout, stderr: stderr})
+	cmd.SetArgs(args)
+	cmd.SetIn(stdin)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var st exitStatus
+	if errors.As(err, &st) {
+		return int(st)
+	}
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "error: canceled: interrupted")
+		return 130
+	}
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		if isUsageError(err) {
+			pe = protocol.Errorf(protocol.CodeInvalidArgument, "%v", err)
+		} else {
+			pe = protocol.AsError(err)
+		}
+	}
+	fmt.Fprintf(stderr, "error: %s: %s\n", pe.Code, pe.Message)
+	return pe.Code.ExitCode()
+}
+
+// usageError marks errors in how the CLI was called.
+type usageError struct{ error }
+
+func isUsageError(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+func newRootCmd(c *cli) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tether",
+		Short:         "Run AI agents' work in sandboxes that keep their work",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	c.addGlobalFlags(root)
+	root.AddCommand(
+		newServeCmd(c),
+		newWorkspaceCmd(c),
+		newExecCmd(c),
+		newRunCmd(c),
+		newDemoCmd(c),
+	)
+	return root
+}

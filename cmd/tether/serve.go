@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller"
+)
+
+type serveFlags struct {
+	listen, advertise, pluginDir, runnerBin, provider string
+	readyTimeout                                      time.Duration
+}
+
+func newServeCmd(c *cli) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the controller",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(c.dataDir())
+			if err != nil {
+				return err
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, nil))
+			srv, err := controller.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", f.listen)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w", f.listen, err)
+			}
+			fmt.Fprintf(c.stderr, "tether controller on http://%s (data %s, operator token in %s)\n",
+				l.Addr(), cfg.DataDir, filepath.Join(cfg.DataDir, controller.OperatorTokenFile))
+			return srv.Serve(cmd.Context(), l)
+		},
+	}
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address to listen on")
+	cmd.Flags().StringVar(&f.advertise, "advertise-url", "", "base URL runners dial (default http://LISTEN)")
+	cmd.Flags().StringVar(&f.pluginDir, "plugin-dir", "", "directory of tether-provider-* plugins (default: next to tether)")
+	cmd.Flags().StringVar(&f.runnerBin, "runner-bin", "", "tether-runner binary handed to providers (default: next to tether)")
+	cmd.Flags().StringVar(&f.provider, "default-provider", "local", "provider used when a workspace names none")
+	cmd.Flags().DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "how long a new sandbox's runner may take to connect")
+	return cmd
+}
+
+func (f serveFlags) config(dataDir string) (controller.Config, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return controller.Config{}, err
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	binDir := filepath.Dir(exe)
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return controller.Config{}, err
+	}
+	cfg := controller.Config{
+		DataDir: abs, AdvertiseURL: f.advertise, PluginDir: firstNonEmpty(f.pluginDir, binDir),
+		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
+		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
+	}
+	if cfg.RunnerBinary, err = filepath.Abs(cfg.RunnerBinary); err != nil {
+		return cfg, err
+	}
+	if cfg.PluginDir, err = filepath.Abs(cfg.PluginDir); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/tree"
+)
+
+func newWorkspaceCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, list, show and remove workspaces"}
+	cmd.AddCommand(newWorkspaceCreateCmd(c), newWorkspaceLsCmd(c), newWorkspaceShowCmd(c), newWorkspaceRmCmd(c))
+	return cmd
+}
+
+func newWorkspaceCreateCmd(c *cli) *cobra.Command {
+	var req api.CreateWorkspaceRequest
+	var source string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a workspace and wait until its runner is ready",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if source != "" {
+				if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
+					return protocol.Errorf(protocol.CodeInvalidArgument, "--source %s is not a directory", source)
+				}
+			}
+			ws, err := cl.CreateWorkspace(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if ws.State == api.StateFailed {
+				if asJSON {
+					_ = c.printJSON(ws)
+				}
+				return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s failed: %s", ws.ID, ws.Reason)
+			}
+			if source != "" {
+				if err := importSource(cmd.Context(), cl, ws.ID, source); err != nil {
+					// Nothing half-made is left behind: a workspace without its source is not
+					// what was asked for.
+					_, _ = cl.DeleteWorkspace(context.WithoutCancel(cmd.Context()), ws.ID)
+					return err
+				}
+			}
+			if asJSON {
+				return c.printJSON(ws)
+			}
+			c.printf("%s\n", ws.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider plugin (default: the controller's, local)")
+	cmd.Flags().StringVar(&req.Name, "name", "", "workspace name (default: its id)")
+	cmd.Flags().StringVar(&source, "source", "", "directory to copy into the workspace (a Git checkout included)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
+	return cmd
+}
+
+// importSource streams dir as a zstd-compressed tar into the workspace.
+func importSource(ctx context.Context, cl *client.Client, id, dir string) error {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(tree.Write(ctx, pw, dir, tree.WriteOptions{Zstd: true}))
+	}()
+	_, err := cl.ImportTree(ctx, id, "", pr)
+	pr.CloseWithError(err)
+	return err
+}
+
+func newWorkspaceLsCmd(c *cli) *cobra.Command {
+	var asJSON, all bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List workspaces",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.ListWorkspaces(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tPROVIDER\tSTATE\tRUNNER\tCREATED")
+			for _, w := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Provider, w.State, connected(w), ago(w.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include deleted workspaces")
+	return cmd
+}
+
+func connected(w api.Workspace) string {
+	if w.Connected {
+		return "connected"
+	}
+	return "-"
+}
+
+func ago(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+func newWorkspaceShowCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one workspace",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			w, err := cl.GetWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(w)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			for _, row := range [][2]string{
+				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
+				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Root", w.Root},
+				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
+			} {
+				if row[1] != "" {
+					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
+	return cmd
+}
+
+func newWorkspaceRmCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Destroy a workspace's sandbox and delete it",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			w, err := cl.DeleteWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(w)
+			}
+			c.printf("%s\n", w.ID)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the deleted workspace as JSON")
+	return cmd
+}
+
+// exactArgs is cobra.ExactArgs with a usage-typed error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s takes %d argument(s), got %d", cmd.CommandPath(), n, len(args))}
+		}
+		return nil
+	}
+}

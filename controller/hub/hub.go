@@ -1,0 +1,126 @@
+// Package hub keeps the controller's live runner connections and opens operation streams on them.
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Conn is one connected runner.
+type Conn struct {
+	AllocationID string
+	WorkspaceID  string
+	Hello        protocol.Hello
+	Protocol     int
+	ConnectedAt  time.Time
+	sess         *yamux.Session
+}
+
+// Done is closed when the connection ends.
+func (c *Conn) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// Close drops the connection; the runner will try to reconnect.
+func (c *Conn) Close() error { return c.sess.Close() }
+
+// Hub maps allocations to their connections.
+type Hub struct {
+	mu      sync.Mutex
+	conns   map[string]*Conn
+	waiters map[string][]chan struct{}
+}
+
+func New() *Hub {
+	return &Hub{conns: map[string]*Conn{}, waiters: map[string][]chan struct{}{}}
+}
+
+// Add registers c, replacing (and closing) an older connection of the same allocation: a runner
+// that reconnects before the controller noticed the drop must not leave two live sessions.
+func (h *Hub) Add(c *Conn) {
+	h.mu.Lock()
+	old := h.conns[c.AllocationID]
+	h.conns[c.AllocationID] = c
+	ws := h.waiters[c.AllocationID]
+	delete(h.waiters, c.AllocationID)
+	h.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	for _, w := range ws {
+		close(w)
+	}
+}
+
+// Remove forgets c if it is still the allocation's current connection.
+func (h *Hub) Remove(c *Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns[c.AllocationID] == c {
+		delete(h.conns, c.AllocationID)
+	}
+}
+
+// Get returns the live connection of an allocation.
+func (h *Hub) Get(allocationID string) (*Conn, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.conns[allocationID]
+	if ok && c.sess.IsClosed() {
+		delete(h.conns, allocationID)
+		return nil, false
+	}
+	return c, ok
+}
+
+// Wait blocks until the allocation's runner is connected or ctx ends.
+func (h *Hub) Wait(ctx context.Context, allocationID string) (*Conn, error) {
+	for {
+		h.mu.Lock()
+		if c, ok := h.conns[allocationID]; ok && !c.sess.IsClosed() {
+			h.mu.Unlock()
+			return c, nil
+		}
+		ch := make(chan struct{})
+		h.waiters[allocationID] = append(h.waiters[allocationID], ch)
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Disconnect closes the allocation's connection, if any.
+func (h *Hub) Disconnect(allocationID string) {
+	if c, ok := h.Get(allocationID); ok {
+		c.Close()
+	}
+}
+
+// NewConn wraps an accepted runner session.
+func NewConn(sess *yamux.Session, allocationID, workspaceID string, hello protocol.Hello, version int) *Conn {
+	return &Conn{AllocationID: allocationID, WorkspaceID: workspaceID, Hello: hello, Protocol: version,
+		ConnectedAt: time.Now(), sess: sess}
+}
+
+// Open opens an operation stream and sends its header; the caller closes the stream.
+func (c *Conn) Open(op, id string, args any) (*yamux.Stream, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
+	}
+	if err := protocol.WriteJSON(st, protocol.Header{Op: op, ID: id, Args: raw}); err != nil {
+		st.Close()
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
+	}
+	return st, nil
+}

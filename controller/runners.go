@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// helloTimeout bounds how long a freshly connected runner may take to introduce itself.
+const helloTimeout = 10 * time.Second
+
+var runnerUpgrader = websocket.Upgrader{
+	ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10, EnableCompression: false,
+	// Runners are not browsers and carry a bearer token; Origin means nothing here.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// authenticateRunner accepts a one-use bootstrap token (granting a session token) or a session
+// token from an earlier exchange. It returns the allocation and the new session token, if any.
+func (s *Server) authenticateRunner(ctx context.Context, token string) (store.Allocation, string, error) {
+	switch {
+	case strings.HasPrefix(token, prefixBootstrap):
+		session := newToken(prefixSession)
+		a, err := s.store.ClaimBootstrap(ctx, hashToken(token), hashToken(session))
+		return a, session, err
+	case strings.HasPrefix(token, prefixSession):
+		a, err := s.store.AllocationBySession(ctx, hashToken(token))
+		return a, "", err
+	default:
+		return store.Allocation{}, "", protocol.Errorf(protocol.CodeUnauthorized, "missing or malformed runner token")
+	}
+}
+
+func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
+	alloc, session, err := s.authenticateRunner(r.Context(), bearer(r))
+	if err != nil {
+		s.log.Warn("runner refused", "remote", r.RemoteAddr, "err", err)
+		writeError(w, err)
+		return
+	}
+	ws, err := runnerUpgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade already answered
+	}
+	conn := protocol.NewWSConn(ws)
+	defer conn.Close()
+	sess, err := protocol.MuxServer(conn)
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	hello, version, err := s.acceptHello(sess, alloc, session)
+	if err != nil {
+		s.log.Warn("runner hello refused", "allocation", alloc.ID, "err", err)
+		return
+	}
+	ctx := s.ctx
+	if err := s.store.UpdateAllocation(ctx, alloc.ID, store.AllocConnected, hello.Root, hello.RunnerVersion); err != nil {
+		s.log.Error("record runner connection", "allocation", alloc.ID, "err", err)
+		return
+	}
+	s.reconcileRuns(ctx, alloc.ID, hello.Runs)
+	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
+	s.hub.Add(c)
+	s.log.Info("runner connected", "allocation", alloc.ID, "workspace", alloc.WorkspaceID, "runner", hello.RunnerVersion, "protocol", version)
+	select {
+	case <-c.Done():
+	case <-s.ctx.Done():
+	}
+	s.hub.Remove(c)
+	if _, live := s.hub.Get(alloc.ID); !live {
+		// Leave destroyed and failed allocations as they are.
+		if a, err := s.store.GetAllocation(context.Background(), alloc.ID); err == nil && a.State == store.AllocConnected {
+			_ = s.store.UpdateAllocation(context.Background(), alloc.ID, store.AllocDisconnected, "", "")
+		}
+	}
+	s.log.Info("runner disconnected", "allocation", alloc.ID)
+}
+
+// acceptHello reads the runner's hello on its first stream and answers with the welcome.
+func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, session string) (protocol.Hello, int, error) {
+	var hello protocol.Hello
+	timer := time.AfterFunc(helloTimeout, func() { sess.Close() })
+	defer timer.Stop()
+	st, err := sess.AcceptStream()
+	if err != nil {
+		return hello, 0, err
+	}
+	defer st.Close()
+	refuse := func(err *protocol.Error) (protocol.Hello, int, error) {
+		_ = protocol.WriteJSON(st, protocol.Trailer{Error: err})
+		return hello, 0, err
+	}
+	var h protocol.Header
+	if err := protocol.ReadJSON(st, &h); err != nil {
+		return hello, 0, err
+	}
+	if h.Op != "hello" {
+		return refuse(protocol.Errorf(protocol.CodeInvalidArgument, "first operation must be hello, got %q", h.Op))
+	}
+	if err := protocol.ReadJSON(st, &hello); err != nil {
+		return hello, 0, err
+	}
+	if hello.AllocationID != alloc.ID {
+		return refuse(protocol.Errorf(protocol.CodeUnauthorized, "token belongs to another allocation"))
+	}
+	version, err := protocol.Negotiate(hello.ProtocolMin, hello.ProtocolMax)
+	if err != nil {
+		return refuse(protocol.AsError(err))
+	}
+	welcome, err := json.Marshal(protocol.Welcome{Protocol: version, WorkspaceID: alloc.WorkspaceID, SessionToken: session})
+	if err != nil {
+		return hello, 0, err
+	}
+	if err := protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: welcome}); err != nil {
+		return hello, 0, err
+	}
+	return hello, version, nil
+}
+
+// reconcileRuns settles runs the controller still thinks are running, from what the runner
+// reports after a reconnect: finished ones get their exit, unknown ones are lost.
+func (s *Server) reconcileRuns(ctx context.Context, allocationID string, reported []protocol.RunStatus) {
+	running, err := s.store.RunningRuns(ctx, allocationID)
+	if err != nil {
+		s.log.Error("list running runs", "allocation", allocationID, "err", err)
+		return
+	}
+	byID := make(map[string]protocol.RunStatus, len(reported))
+	for _, r := range reported {
+		byID[r.RunID] = r
+	}
+	for _, run := range running {
+		st, ok := byID[run.ID]
+		switch {
+		case !ok:
+			err = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "the runner no longer knows this run", time.Now().UTC())
+		case st.Finished:
+			err = s.finishRun(ctx, run.ID, st.Exit)
+		default:
+			continue
+		}
+		if err != nil {
+			s.log.Error("settle run", "run", run.ID, "err", err)
+		}
+	}
+}
+
+// finishRun records how a run ended: exited with a code or a signal, or failed to run at all.
+func (s *Server) finishRun(ctx context.Context, runID string, exit protocol.ExecExit) error {
+	state, msg := api.RunExited, ""
+	var code *int
+	if exit.Error != nil {
+		msg = exit.Error.Error()
+	}
+	switch {
+	case exit.ExitCode >= 0:
+		c := exit.ExitCode
+		code = &c
+	case exit.Signal == 0:
+		state = api.RunFailed
+	}
+	if err := s.store.FinishRun(ctx, runID, state, code, exit.Signal, msg, time.Now().UTC()); err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	return nil
+}

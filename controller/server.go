@@ -1,0 +1,169 @@
+// Package controller is Tether's control plane: it dispatches runners through provider plugins,
+// holds their websocket connections, keeps the records and serves the REST API.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/store/sqlstore"
+	"github.com/tetherhq/tether/plugins/provider"
+)
+
+// Config configures a controller.
+type Config struct {
+	DataDir string
+	// AdvertiseURL is the base URL runners dial; empty means the listen address.
+	AdvertiseURL string
+	PluginDir    string // where tether-provider-* binaries live
+	RunnerBinary string // static tether-runner handed to providers
+	// ReadyTimeout bounds how long a new allocation may take to connect its runner.
+	ReadyTimeout    time.Duration
+	DefaultProvider string
+	Logger          *slog.Logger
+	Version         string
+}
+
+// Server is a running controller.
+type Server struct {
+	cfg           Config
+	log           *slog.Logger
+	store         store.Store
+	hub           *hub.Hub
+	providers     *providerSet
+	operatorToken string
+	advertise     string
+
+	bg     sync.WaitGroup // provisioning that outlives the request that started it
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New opens the data dir and state store. Call Serve to accept connections.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("controller: data dir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if cfg.DefaultProvider == "" {
+		cfg.DefaultProvider = "local"
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	token, err := loadOperatorToken(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("operator token: %w", err)
+	}
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db"))
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
+		providers: newProviderSet(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.Logger),
+		ctx:       sctx, cancel: cancel,
+	}
+	return s, nil
+}
+
+// OperatorToken is the token every REST call must carry.
+func (s *Server) OperatorToken() string { return s.operatorToken }
+
+// Handler is the controller's HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+	})
+	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
+
+	op := http.NewServeMux()
+	op.HandleFunc("POST /v1/workspaces", s.handleCreateWorkspace)
+	op.HandleFunc("GET /v1/workspaces", s.handleListWorkspaces)
+	op.HandleFunc("GET /v1/workspaces/{id}", s.handleGetWorkspace)
+	op.HandleFunc("DELETE /v1/workspaces/{id}", s.handleDeleteWorkspace)
+	op.HandleFunc("PUT /v1/workspaces/{id}/tree", s.handleTreeImport)
+	op.HandleFunc("GET /v1/workspaces/{id}/exec", s.handleExec)
+	op.HandleFunc("GET /v1/workspaces/{id}/runs", s.handleListRuns)
+	mux.Handle("/v1/", s.requireOperator(op))
+	return mux
+}
+
+// Serve accepts connections on l until ctx ends, then shuts down: the HTTP server, runner
+// connections, provider plugins and the store.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	if s.cfg.AdvertiseURL != "" {
+		s.advertise = s.cfg.AdvertiseURL
+	} else {
+		s.advertise = "http://" + l.Addr().String()
+	}
+	if err := s.markDisconnected(ctx); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return s.ctx }}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.cancel()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	s.bg.Wait()
+	s.providers.Close()
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// markDisconnected resets the connection state a previous controller process left: its runners'
+// sockets died with it, and they will reconnect on their own.
+func (s *Server) markDisconnected(ctx context.Context) error {
+	ws, err := s.store.ListWorkspaces(ctx, false)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		a, err := s.store.GetAllocation(ctx, w.AllocationID)
+		if err != nil {
+			continue
+		}
+		if a.State == store.AllocConnected {
+			if err := s.store.UpdateAllocation(ctx, a.ID, store.AllocDisconnected, "", ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// providerFor returns the named provider plugin, loading it on first use.
+func (s *Server) providerFor(ctx context.Context, name string) (provider.Provider, error) {
+	return s.providers.Get(ctx, name)
+}

@@ -1,0 +1,60 @@
+// Package store keeps the controller's durable records: workspaces, allocations and runs.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+// Allocation states.
+const (
+	AllocStarting     = "starting"
+	AllocConnected    = "connected"
+	AllocDisconnected = "disconnected"
+	AllocFailed       = "failed"
+	AllocDestroyed    = "destroyed"
+)
+
+// Allocation is one sandbox serving a workspace.
+type Allocation struct {
+	ID            string
+	WorkspaceID   string
+	Provider      string
+	State         string
+	Root          string
+	BootstrapHash string // SHA-256 of the one-use bootstrap token
+	BootstrapUsed bool
+	SessionHash   string // SHA-256 of the session token granted for the bootstrap token
+	RunnerVersion string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// Store is the controller's state. Every method is safe for concurrent use. Lookups of missing
+// records return a *protocol.Error with CodeNotFound.
+type Store interface {
+	CreateWorkspace(ctx context.Context, w api.Workspace, a Allocation) error
+	GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
+	// ListWorkspaces lists workspaces oldest first, without deleted ones unless all.
+	ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error)
+	UpdateWorkspace(ctx context.Context, id, state, reason string) error
+
+	GetAllocation(ctx context.Context, id string) (Allocation, error)
+	UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error
+	// ClaimBootstrap marks the bootstrap token with hash h used, storing sessionHash, and returns
+	// its allocation. It succeeds once per token: a reused or unknown token is CodeUnauthorized.
+	ClaimBootstrap(ctx context.Context, h, sessionHash string) (Allocation, error)
+	// AllocationBySession finds the live allocation whose session token hashes to h.
+	AllocationBySession(ctx context.Context, h string) (Allocation, error)
+
+	CreateRun(ctx context.Context, r api.Run) error
+	FinishRun(ctx context.Context, id string, state string, exitCode *int, signal int, errMsg string, at time.Time) error
+	GetRun(ctx context.Context, id string) (api.Run, error)
+	ListRuns(ctx context.Context, workspaceID string) ([]api.Run, error)
+	// RunningRuns lists the runs of an allocation still recorded as running.
+	RunningRuns(ctx context.Context, allocationID string) ([]api.Run, error)
+
+	Close() error
+}

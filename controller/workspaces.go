@@ -1,0 +1,266 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/plugins/provider"
+	"github.com/tetherhq/tether/protocol"
+)
+
+var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+func newID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func (s *Server) handleCreateWorkspace(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateWorkspaceRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ws, err := s.CreateWorkspace(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ws)
+}
+
+// CreateWorkspace records a workspace, has its provider start an allocation and waits until the
+// runner inside says hello (ready) or the ready timeout passes (failed, with the reason). The
+// provisioning goes on if ctx ends first, so a client that gives up leaves a settled record.
+func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceRequest) (api.Workspace, error) {
+	if req.Provider == "" {
+		req.Provider = s.cfg.DefaultProvider
+	}
+	id := newID("ws_")
+	if req.Name == "" {
+		req.Name = id
+	}
+	if !workspaceName.MatchString(req.Name) {
+		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument,
+			"invalid workspace name %q: use letters, digits, '.', '_' and '-', at most 63", req.Name)
+	}
+	prov, err := s.providerFor(ctx, req.Provider)
+	if err != nil {
+		return api.Workspace{}, err
+	}
+	now := time.Now().UTC()
+	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateCreating,
+		AllocationID: newID("al_"), CreatedAt: now, UpdatedAt: now}
+	token := newToken(prefixBootstrap)
+	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
+		State: store.AllocStarting, BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateWorkspace(ctx, ws, alloc); err != nil {
+		return api.Workspace{}, err
+	}
+	done := make(chan struct{})
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer close(done)
+		s.provision(s.ctx, prov, ws, token)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return api.Workspace{}, ctx.Err()
+	}
+	return s.workspace(context.WithoutCancel(ctx), ws.ID)
+}
+
+func (s *Server) provision(ctx context.Context, prov provider.Provider, ws api.Workspace, token string) {
+	fail := func(reason string) {
+		s.log.Warn("workspace failed", "workspace", ws.ID, "reason", reason)
+		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
+		_ = s.store.UpdateWorkspace(ctx, ws.ID, api.StateFailed, reason)
+	}
+	alloc, err := prov.Create(ctx, provider.CreateRequest{
+		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
+		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary,
+	})
+	if err != nil {
+		fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))
+		return
+	}
+	if alloc.Root != "" {
+		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocStarting, alloc.Root, "")
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	if _, err := s.hub.Wait(waitCtx, ws.AllocationID); err != nil {
+		// Revoke first, so a runner that connects late is refused, then stop what was started.
+		fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
+		if err := prov.Stop(context.WithoutCancel(ctx), ws.AllocationID); err != nil {
+			s.log.Warn("stop failed allocation", "allocation", ws.AllocationID, "err", err)
+		}
+		return
+	}
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, ""); err != nil {
+		s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
+	}
+}
+
+// workspace loads a workspace (by id or name) with its live connection state.
+func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {
+	ws, err := s.store.GetWorkspace(ctx, idOrName)
+	if err != nil {
+		return ws, err
+	}
+	_, ws.Connected = s.hub.Get(ws.AllocationID)
+	return ws, nil
+}
+
+func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
+	list, err := s.store.ListWorkspaces(r.Context(), r.URL.Query().Get("all") == "true")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for i := range list {
+		_, list[i].Connected = s.hub.Get(list[i].AllocationID)
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+func (s *Server) handleDeleteWorkspace(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err == nil && ws.State == api.StateDeleted {
+		err = protocol.Errorf(protocol.CodeNotFound, "workspace %q was deleted", r.PathValue("id"))
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	prov, err := s.providerFor(r.Context(), ws.Provider)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// Revoke the runner's session before destroying, so it cannot reconnect in between.
+	if err := s.store.UpdateAllocation(r.Context(), ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.hub.Disconnect(ws.AllocationID)
+	if err := prov.Destroy(r.Context(), ws.AllocationID); err != nil {
+		writeError(w, protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err))
+		return
+	}
+	if err := s.store.UpdateWorkspace(r.Context(), ws.ID, api.StateDeleted, ""); err != nil {
+		writeError(w, err)
+		return
+	}
+	ws.State, ws.Connected = api.StateDeleted, false
+	writeJSON(w, http.StatusOK, ws)
+}
+
+// liveConn finds the connected runner of a ready workspace.
+func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, error) {
+	ws, err := s.workspace(ctx, idOrName)
+	if err != nil {
+		return ws, err
+	}
+	if ws.State != api.StateReady {
+		return ws, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s", ws.ID, ws.State)
+	}
+	if !ws.Connected {
+		return ws, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
+	}
+	return ws, nil
+}
+
+// handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,
+// which publishes it only once the whole stream arrived and verified.
+func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.liveConn(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok {
+		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "runner disconnected"))
+		return
+	}
+	st, err := c.Open(protocol.OpTreeImport, "", protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer st.Close()
+	body := protocol.NewBodyWriter(st)
+	_, copyErr := io.Copy(body, r.Body)
+	if copyErr == nil {
+		_, copyErr = body.Finish()
+	}
+	if copyErr != nil {
+		// Half-close without the body's terminator: the runner sees a cut body and discards it.
+		st.Close()
+	}
+	// A runner that refused the tree stops reading and answers early: its trailer is the error
+	// worth reporting, so read it even when the copy failed.
+	_ = st.SetReadDeadline(time.Now().Add(time.Minute))
+	var tr protocol.Trailer
+	if err := protocol.ReadJSON(st, &tr); err != nil {
+		if copyErr != nil {
+			err = copyErr
+		}
+		writeError(w, protocol.Errorf(protocol.CodeFailed, "tree import: %v", err))
+		return
+	}
+	if err := tr.Err(); err != nil {
+		writeError(w, err)
+		return
+	}
+	if copyErr != nil {
+		writeError(w, protocol.Errorf(protocol.CodeFailed, "tree import: %v", copyErr))
+		return
+	}
+	var res protocol.TreeImportResult
+	_ = decodeRaw(tr.Result, &res)
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	runs, err := s.store.ListRuns(r.Context(), ws.ID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, runs)
+}
+
+func decodeRaw(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}

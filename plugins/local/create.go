@@ -1,0 +1,246 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/tetherhq/tether/plugins/provider"
+)
+
+// reservedEnv are set by the provider itself; req.Env may not override them.
+var reservedEnv = []string{
+	provider.EnvControllerURL,
+	provider.EnvRunnerToken,
+	provider.EnvAllocationID,
+	provider.EnvWorkspaceID,
+	provider.EnvWorkspaceRoot,
+}
+
+// passEnv are the only host variables the runner inherits: enough for a
+// usable shell, without the controller's credentials.
+var passEnv = []string{"HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// defaultPath is used when the host has no PATH at all.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// Create makes the allocation directory and workspace root and starts the
+// runner in them as a host process in its own session.
+func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Allocation, error) {
+	dir, err := p.allocationDir(req.AllocationID)
+	if err != nil {
+		return provider.Allocation{}, err
+	}
+	if err := validateCreate(req); err != nil {
+		return provider.Allocation{}, err
+	}
+	unlock := p.lock(req.AllocationID)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return provider.Allocation{}, err
+	}
+	// Re-vet the state dir: it may have been swapped or loosened since
+	// Configure, and everything below trusts it.
+	if err := lstatPrivate(filepath.Dir(dir)); err != nil {
+		return provider.Allocation{}, err
+	}
+	if err := mkdirPrivate(dir); err != nil {
+		return provider.Allocation{}, err
+	}
+	alloc, err := startRunner(dir, req)
+	if err != nil {
+		// Nothing was handed out yet; leave no half-made allocation behind.
+		_ = removeTree(dir)
+		return provider.Allocation{}, err
+	}
+	return alloc, nil
+}
+
+func startRunner(dir string, req provider.CreateRequest) (provider.Allocation, error) {
+	root := filepath.Join(dir, rootDirName)
+	if err := mkdirPrivate(root); err != nil {
+		return provider.Allocation{}, err
+	}
+	logPath := filepath.Join(dir, logFileName)
+	logFile, err := openNoFollow(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "open runner log: %v", err)
+	}
+	// The child gets its own copy of the descriptor; ours can go.
+	defer logFile.Close()
+
+	cmd := &exec.Cmd{
+		Path:   req.RunnerBinary,
+		Args:   []string{req.RunnerBinary},
+		Dir:    root,
+		Env:    runnerEnv(req, root, os.Getenv),
+		Stdin:  nil, // /dev/null
+		Stdout: logFile,
+		Stderr: logFile,
+		// A new session makes the runner a process-group leader
+		// (pgid == pid) like Setpgid would, detaches it from the
+		// controller's terminal, and keeps every process it starts
+		// findable by session id even when they get their own groups,
+		// so Stop can sweep them if the runner dies first.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "start runner: %v", err)
+	}
+	pid := cmd.Process.Pid
+	// Not yet waited for, so even if the runner already exited its /proc
+	// entry is still there as a zombie and the start time is readable.
+	st, err := readProcStat(pid)
+	if err == nil {
+		err = writePidFile(filepath.Join(dir, pidFileName), pid, st.start)
+	}
+	if err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "record runner pid: %v", err)
+	}
+	// Reap the runner so it never lingers as a zombie. Its exit status is
+	// of no use here: the controller sees the websocket drop.
+	go func() { _ = cmd.Wait() }()
+
+	return provider.Allocation{
+		ID:   req.AllocationID,
+		Root: root,
+		Info: map[string]string{
+			"pid": strconv.Itoa(pid),
+			"log": logPath,
+		},
+	}, nil
+}
+
+func validateCreate(req provider.CreateRequest) error {
+	if req.WorkspaceID == "" || strings.ContainsRune(req.WorkspaceID, 0) {
+		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
+	}
+	if req.RunnerToken == "" || strings.ContainsRune(req.RunnerToken, 0) {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
+	}
+	u, err := url.Parse(req.ControllerURL)
+	if err != nil || u.Host == "" || strings.ContainsRune(req.ControllerURL, 0) {
+		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", req.ControllerURL)
+	}
+	if !filepath.IsAbs(req.RunnerBinary) {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", req.RunnerBinary)
+	}
+	fi, err := os.Stat(req.RunnerBinary)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", req.RunnerBinary)
+		}
+		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", req.RunnerBinary)
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return provider.Errorf(provider.CodeInvalidArgument, "invalid environment variable %q", k)
+		}
+		for _, r := range reservedEnv {
+			if k == r {
+				return provider.Errorf(provider.CodeInvalidArgument, "environment variable %s is set by the provider", k)
+			}
+		}
+	}
+	return nil
+}
+
+// runnerEnv builds the runner's whole environment. The runner binary's
+// directory goes first on PATH so commands can call tether-runner (the
+// agent tools do) without knowing where the controller keeps it.
+func runnerEnv(req provider.CreateRequest, root string, getenv func(string) string) []string {
+	env := make(map[string]string, len(passEnv)+len(req.Env)+6)
+	for _, k := range passEnv {
+		if v := getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	path := getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	env["PATH"] = filepath.Dir(req.RunnerBinary) + string(os.PathListSeparator) + path
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	env[provider.EnvControllerURL] = req.ControllerURL
+	env[provider.EnvRunnerToken] = req.RunnerToken
+	env[provider.EnvAllocationID] = req.AllocationID
+	env[provider.EnvWorkspaceID] = req.WorkspaceID
+	env[provider.EnvWorkspaceRoot] = root
+
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// writePidFile records "<pid> <starttime>\n" atomically, so a reader sees
+// either nothing or the whole record.
+func writePidFile(path string, pid int, start uint64) error {
+	tmp := path + ".tmp"
+	f, err := openNoFollow(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%d %d\n", pid, start)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// readPidFile parses what writePidFile wrote. A missing file is reported as
+// fs.ErrNotExist: the allocation never got a runner.
+func readPidFile(path string) (pid int, start uint64, err error) {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	var buf [64]byte
+	n, err := f.Read(buf[:])
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	fields := strings.Fields(string(buf[:n]))
+	if len(fields) != 2 {
+		return 0, 0, fmt.Errorf("%s: malformed pid file", path)
+	}
+	pid, err = strconv.Atoi(fields[0])
+	if err == nil && pid <= 1 {
+		err = errors.New("pid out of range")
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: pid: %w", path, err)
+	}
+	start, err = strconv.ParseUint(fields[1], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: start time: %w", path, err)
+	}
+	return pid, start, nil
+}

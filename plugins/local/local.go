@@ -1,0 +1,124 @@
+// Package local is the local sandbox provider: each allocation is a private
+// directory under the provider's state dir, and the runner is a plain host
+// process running as the controller's user. It isolates nothing; it exists
+// for development, CI and single-user machines, and is the default provider.
+package local
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/plugins/provider"
+)
+
+// Name is the provider name reported by Info.
+const Name = "local"
+
+// Files inside StateDir/<allocation>/. The log and pid file sit beside the
+// workspace root, not in it, so workspace snapshots never pick them up.
+const (
+	rootDirName = "root"
+	logFileName = "runner.log"
+	pidFileName = "runner.pid"
+)
+
+// allocationIDPattern keeps allocation ids usable as a single path element:
+// no separators, no dots, nothing a shell or a path join could reinterpret.
+var allocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// Provider runs runners as host processes. The zero value is not usable;
+// call New.
+type Provider struct {
+	version string
+	// stopGrace is how long the runner gets after SIGTERM to stop the
+	// commands it started and exit by itself; then its session is SIGKILLed.
+	stopGrace time.Duration
+
+	mu       sync.Mutex
+	stateDir string                 // "" until Configure succeeds
+	locks    map[string]*sync.Mutex // per allocation, serialising Create/Stop/Destroy
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a local provider reporting the given version.
+func New(version string) *Provider {
+	return &Provider{
+		version:   version,
+		stopGrace: defaultStopGrace,
+		locks:     make(map[string]*sync.Mutex),
+	}
+}
+
+// Info describes the provider.
+func (p *Provider) Info(context.Context) (provider.Info, error) {
+	return provider.Info{
+		Name:         Name,
+		Version:      p.version,
+		Capabilities: []string{"exec", "files"},
+	}, nil
+}
+
+// Configure adopts cfg.StateDir, creating it 0700 if missing. It refuses a
+// state dir, or an allocation dir inside it, that another user could have
+// planted or could tamper with: runners are started from there with the
+// controller's privileges.
+func (p *Provider) Configure(_ context.Context, cfg provider.Config) error {
+	for k := range cfg.Options {
+		return provider.Errorf(provider.CodeInvalidArgument, "local provider has no option %q", k)
+	}
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return provider.Errorf(provider.CodeInvalidArgument, "state dir must be an absolute path, got %q", cfg.StateDir)
+	}
+	dir := filepath.Clean(cfg.StateDir)
+	if err := ensurePrivateDir(dir); err != nil {
+		return err
+	}
+	if err := checkAllocationDirs(dir); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.stateDir = dir
+	p.mu.Unlock()
+	return nil
+}
+
+// configured returns the state dir, or a typed error before Configure.
+func (p *Provider) configured() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stateDir == "" {
+		return "", provider.Errorf(provider.CodeFailedPrecondition, "local provider is not configured")
+	}
+	return p.stateDir, nil
+}
+
+// lock serialises operations on one allocation; other allocations proceed,
+// so a slow Stop does not hold up unrelated Creates.
+func (p *Provider) lock(id string) func() {
+	p.mu.Lock()
+	l, ok := p.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		p.locks[id] = l
+	}
+	p.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// allocationDir validates id and returns its directory under the state dir.
+func (p *Provider) allocationDir(id string) (string, error) {
+	stateDir, err := p.configured()
+	if err != nil {
+		return "", err
+	}
+	if !allocationIDPattern.MatchString(id) {
+		return "", provider.Errorf(provider.CodeInvalidArgument,
+			"allocation id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+	}
+	return filepath.Join(stateDir, id), nil
+}

@@ -1,0 +1,218 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/tetherhq/tether/plugins/provider/providerpb"
+)
+
+// defaultStartTimeout bounds the plugin handshake when ctx has no deadline.
+const defaultStartTimeout = 30 * time.Second
+
+// Client is a loaded provider plugin. It implements Provider by calling the
+// plugin process; Close kills that process.
+type Client struct {
+	Provider
+	plugin *plugin.Client
+	pid    int
+}
+
+var _ Provider = (*Client)(nil)
+
+// Open starts the provider plugin binary at path and connects to it. ctx
+// bounds only the start and handshake, not the plugin's lifetime: the plugin
+// lives until Close, or until this process dies.
+func Open(ctx context.Context, path string, logger hclog.Logger) (*Client, error) {
+	// Pdeathsig is the fast path for a dying host; the plugin's own
+	// watchdog (see Serve) covers the cases it misses.
+	return open(ctx, path, logger, &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL})
+}
+
+// open is Open with the plugin's SysProcAttr exposed, so tests can check the
+// plugin-side watchdog on its own.
+func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.SysProcAttr) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open provider %s: %w", path, err)
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("provider plugin path %q: %w", path, err)
+	}
+	// Deliberately not exec.CommandContext: cancelling ctx after Open
+	// returns must not kill the plugin.
+	cmd := exec.Command(abs)
+	cmd.Env = pluginEnv(os.Environ(), os.Getpid())
+	if lvl := logger.GetLevel(); lvl != hclog.NoLevel && lvl != hclog.Off {
+		cmd.Env = append(cmd.Env, envLogLevel+"="+lvl.String())
+	}
+	cmd.SysProcAttr = attr
+
+	startTimeout := defaultStartTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		startTimeout = time.Until(dl)
+		if startTimeout <= 0 {
+			return nil, fmt.Errorf("open provider %s: %w", abs, context.DeadlineExceeded)
+		}
+	}
+
+	// A plugin's stray writes to its os.Stdout/os.Stderr come back over the
+	// gRPC stdio stream; route them through the logger too. go-plugin
+	// already names its own plugin log lines after the binary.
+	stdio := logger.Named(filepath.Base(abs)).StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: pluginSets(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Managed:          false,
+		// pluginEnv already carries the host environment.
+		SkipHostEnv:  true,
+		Logger:       logger,
+		StartTimeout: startTimeout,
+		SyncStdout:   stdio,
+		SyncStderr:   stdio,
+	})
+
+	type result struct {
+		raw any
+		err error
+	}
+	done := make(chan result, 1)
+	// The fork happens on this goroutine's thread. It never locks that
+	// thread, and Go only ends threads of goroutines that exit locked, so
+	// the thread outlives the fork and Pdeathsig fires only when the host
+	// process dies.
+	go func() {
+		rpc, err := pc.Client()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(pluginName)
+		done <- result{raw: raw, err: err}
+	}()
+
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		// Kill waits for the handshake goroutine to release the client,
+		// so do it off the caller's path.
+		go func() {
+			<-done
+			pc.Kill()
+		}()
+		return nil, fmt.Errorf("open provider %s: %w", abs, ctx.Err())
+	}
+	if res.err != nil {
+		pc.Kill()
+		return nil, fmt.Errorf("open provider %s: %w", abs, res.err)
+	}
+	impl, ok := res.raw.(*grpcClient)
+	if !ok {
+		pc.Kill()
+		return nil, fmt.Errorf("open provider %s: unexpected plugin type %T", abs, res.raw)
+	}
+	return &Client{Provider: impl, plugin: pc, pid: cmd.Process.Pid}, nil
+}
+
+// Close kills the plugin process. Allocations it started keep running; a
+// later plugin process can still Stop or Destroy them.
+func (c *Client) Close() {
+	c.plugin.Kill()
+}
+
+// Pid is the plugin process id, for diagnostics.
+func (c *Client) Pid() int {
+	return c.pid
+}
+
+// Exited reports whether the plugin process has exited.
+func (c *Client) Exited() bool {
+	return c.plugin.Exited()
+}
+
+// pluginEnv is the host environment minus our own plugin variables (a host
+// that was itself started as a plugin must not pass its parent's pid on),
+// plus the host pid for the plugin's watchdog. Providers such as Docker or
+// Daytona need the operator's environment (DOCKER_HOST, API keys), so it is
+// inherited; the local provider builds a clean one for the runner.
+func pluginEnv(environ []string, hostPID int) []string {
+	env := make([]string, 0, len(environ)+1)
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, envParentPID+"=") || strings.HasPrefix(kv, envLogLevel+"=") ||
+			strings.HasPrefix(kv, Handshake.MagicCookieKey+"=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, envParentPID+"="+strconv.Itoa(hostPID))
+}
+
+// grpcClient implements Provider over the gRPC service.
+type grpcClient struct {
+	rpc providerpb.ProviderClient
+}
+
+func (c *grpcClient) Info(ctx context.Context) (Info, error) {
+	resp, err := c.rpc.Info(ctx, &providerpb.InfoRequest{})
+	if err != nil {
+		return Info{}, fromStatus(ctx, "Info", err)
+	}
+	return Info{
+		Name:         resp.GetName(),
+		Version:      resp.GetVersion(),
+		Capabilities: resp.GetCapabilities(),
+	}, nil
+}
+
+func (c *grpcClient) Configure(ctx context.Context, cfg Config) error {
+	_, err := c.rpc.Configure(ctx, &providerpb.ConfigureRequest{
+		StateDir: cfg.StateDir,
+		Options:  cfg.Options,
+	})
+	return fromStatus(ctx, "Configure", err)
+}
+
+func (c *grpcClient) Create(ctx context.Context, req CreateRequest) (Allocation, error) {
+	resp, err := c.rpc.Create(ctx, &providerpb.CreateRequest{
+		WorkspaceId:   req.WorkspaceID,
+		AllocationId:  req.AllocationID,
+		ControllerUrl: req.ControllerURL,
+		RunnerToken:   req.RunnerToken,
+		RunnerBinary:  req.RunnerBinary,
+		Env:           req.Env,
+	})
+	if err != nil {
+		return Allocation{}, fromStatus(ctx, "Create", err)
+	}
+	a := resp.GetAllocation()
+	if a == nil {
+		return Allocation{}, Errorf(CodeProviderFailed, "provider Create: empty allocation in response")
+	}
+	return Allocation{ID: a.GetId(), Root: a.GetRoot(), Info: a.GetInfo()}, nil
+}
+
+func (c *grpcClient) Stop(ctx context.Context, allocationID string) error {
+	_, err := c.rpc.Stop(ctx, &providerpb.StopRequest{AllocationId: allocationID})
+	return fromStatus(ctx, "Stop", err)
+}
+
+func (c *grpcClient) Destroy(ctx context.Context, allocationID string) error {
+	_, err := c.rpc.Destroy(ctx, &providerpb.DestroyRequest{AllocationId: allocationID})
+	return fromStatus(ctx, "Destroy", err)
+}

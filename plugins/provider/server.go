@@ -1,0 +1,126 @@
+package provider
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/tetherhq/tether/plugins/provider/providerpb"
+)
+
+// watchdogInterval is how often a plugin checks that its host is alive.
+const watchdogInterval = 500 * time.Millisecond
+
+// Serve runs p as a provider plugin and never returns. Call it from the
+// plugin's main. Logs go to stderr as JSON, which the host re-logs through its
+// own logger; stdout belongs to the go-plugin handshake and must stay quiet.
+func Serve(p Provider) {
+	level := hclog.LevelFromString(os.Getenv(envLogLevel))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "provider",
+		Level:      level,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+
+	go watchParent(logger, expectedParent())
+
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: pluginSets(p),
+		GRPCServer:       plugin.DefaultGRPCServer,
+		Logger:           logger,
+	})
+	// plugin.Serve returns only when the host shut us down cleanly.
+	os.Exit(0)
+}
+
+// expectedParent is the host's pid as the host told us, falling back to our
+// current parent. Taking it from the host closes the window where the host
+// dies before this process reads its parent pid.
+func expectedParent() int {
+	if v, err := strconv.Atoi(os.Getenv(envParentPID)); err == nil && v > 0 {
+		return v
+	}
+	return os.Getppid()
+}
+
+// watchParent exits the plugin once its host is gone. The host also sets
+// Pdeathsig, but that signal fires when the host *thread* that forked us
+// exits, and is lost if the host died before our prctl ran; polling the
+// parent pid catches every case, including a SIGKILLed host.
+func watchParent(logger hclog.Logger, parent int) {
+	for {
+		if os.Getppid() != parent {
+			logger.Warn("host process is gone, exiting", "parent", parent)
+			os.Exit(3)
+		}
+		time.Sleep(watchdogInterval)
+	}
+}
+
+// grpcServer exposes a Provider as the gRPC service.
+type grpcServer struct {
+	providerpb.UnimplementedProviderServer
+	impl Provider
+}
+
+func (s *grpcServer) Info(ctx context.Context, _ *providerpb.InfoRequest) (*providerpb.InfoResponse, error) {
+	info, err := s.impl.Info(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.InfoResponse{
+		Name:         info.Name,
+		Version:      info.Version,
+		Capabilities: info.Capabilities,
+	}, nil
+}
+
+func (s *grpcServer) Configure(ctx context.Context, req *providerpb.ConfigureRequest) (*providerpb.ConfigureResponse, error) {
+	err := s.impl.Configure(ctx, Config{StateDir: req.GetStateDir(), Options: req.GetOptions()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.ConfigureResponse{}, nil
+}
+
+func (s *grpcServer) Create(ctx context.Context, req *providerpb.CreateRequest) (*providerpb.CreateResponse, error) {
+	alloc, err := s.impl.Create(ctx, CreateRequest{
+		WorkspaceID:   req.GetWorkspaceId(),
+		AllocationID:  req.GetAllocationId(),
+		ControllerURL: req.GetControllerUrl(),
+		RunnerToken:   req.GetRunnerToken(),
+		RunnerBinary:  req.GetRunnerBinary(),
+		Env:           req.GetEnv(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.CreateResponse{Allocation: &providerpb.Allocation{
+		Id:   alloc.ID,
+		Root: alloc.Root,
+		Info: alloc.Info,
+	}}, nil
+}
+
+func (s *grpcServer) Stop(ctx context.Context, req *providerpb.StopRequest) (*providerpb.StopResponse, error) {
+	if err := s.impl.Stop(ctx, req.GetAllocationId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.StopResponse{}, nil
+}
+
+func (s *grpcServer) Destroy(ctx context.Context, req *providerpb.DestroyRequest) (*providerpb.DestroyResponse, error) {
+	if err := s.impl.Destroy(ctx, req.GetAllocationId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.DestroyResponse{}, nil
+}

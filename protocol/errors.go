@@ -1,0 +1,108 @@
+// Package protocol holds what the controller and the runner agree on: wire types, operation names,
+// error codes, framing, version negotiation and the websocket↔yamux glue.
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code is a stable, machine-readable error code. Its string form is part of the wire protocol and
+// of the CLI's output (`error: <code>: <message>`), so existing values never change.
+type Code string
+
+const (
+	CodeInvalidArgument      Code = "invalid_argument"
+	CodeNotFound             Code = "not_found"
+	CodeExists               Code = "exists"
+	CodeConflict             Code = "conflict"
+	CodePathEscape           Code = "path_escape"
+	CodeSymlinkRefused       Code = "symlink_refused"
+	CodeNotDirectory         Code = "not_directory"
+	CodeStaleEpoch           Code = "stale_epoch"
+	CodeChangedDuringCapture Code = "changed_during_capture"
+	CodeRevoked              Code = "revoked"
+	CodeForeignArtifact      Code = "foreign_artifact"
+	CodeUnauthorized         Code = "unauthorized"
+	CodeUnsupported          Code = "unsupported"
+	CodeUnavailable          Code = "unavailable"
+	CodeTimeout              Code = "timeout"
+	CodeCanceled             Code = "canceled"
+	CodeFailed               Code = "failed"
+	CodeProviderFailed       Code = "provider_failed"
+	CodeInternal             Code = "internal"
+)
+
+// exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
+// and 2 for usage errors, like most Unix tools; exec passes the remote command's status through.
+// Values stay below 126 so they never look like a shell's "not executable" or a signal.
+var exitCodes = map[Code]int{
+	CodeInvalidArgument:      2,
+	CodeNotFound:             3,
+	CodeExists:               4,
+	CodeConflict:             5,
+	CodePathEscape:           6,
+	CodeSymlinkRefused:       7,
+	CodeNotDirectory:         8,
+	CodeStaleEpoch:           9,
+	CodeChangedDuringCapture: 10,
+	CodeRevoked:              11,
+	CodeForeignArtifact:      12,
+	CodeUnauthorized:         13,
+	CodeUnsupported:          14,
+	CodeUnavailable:          15,
+	CodeTimeout:              124, // what timeout(1) exits with, which scripts already test for
+	CodeCanceled:             17,
+	CodeFailed:               18,
+	CodeProviderFailed:       19,
+	CodeInternal:             20,
+}
+
+// ExitCode is the CLI exit status for an error carrying code c.
+func (c Code) ExitCode() int {
+	if n, ok := exitCodes[c]; ok {
+		return n
+	}
+	return 1
+}
+
+// Error is the typed error that crosses process boundaries (wire trailers, REST bodies, CLI).
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds a typed error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf finds the typed code in err's chain, or CodeInternal when there is none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	var coded interface{ ErrorCode() string }
+	if errors.As(err, &coded) {
+		return Code(coded.ErrorCode())
+	}
+	return CodeInternal
+}
+
+// AsError turns any error into a wire error, keeping a typed code found anywhere in the chain.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	code := CodeOf(err)
+	// Typed errors of other packages often print their code first; do not print it twice.
+	return &Error{Code: code, Message: strings.TrimPrefix(err.Error(), string(code)+": ")}
+}

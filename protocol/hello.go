@@ -1,0 +1,58 @@
+package protocol
+
+import "fmt"
+
+// Protocol versions this build speaks. A runner and a controller agree on the highest version
+// both support; a runner from an older release keeps working while its range overlaps.
+const (
+	ProtocolMin = 1
+	ProtocolMax = 1
+)
+
+// ConnectPath is where runners dial the controller.
+const ConnectPath = "/v1/runners/connect"
+
+// Environment the provider sets for the runner.
+const (
+	EnvControllerURL = "TETHER_CONTROLLER_URL"
+	EnvRunnerToken   = "TETHER_RUNNER_TOKEN"
+	EnvAllocationID  = "TETHER_ALLOCATION_ID"
+	EnvWorkspaceID   = "TETHER_WORKSPACE_ID"
+	EnvWorkspaceRoot = "TETHER_WORKSPACE_ROOT"
+)
+
+// Hello is the runner's first message on its first stream after every (re)connect.
+type Hello struct {
+	ProtocolMin   int      `json:"protocol_min"`
+	ProtocolMax   int      `json:"protocol_max"`
+	RunnerVersion string   `json:"runner_version"`
+	AllocationID  string   `json:"allocation_id"`
+	Capabilities  []string `json:"capabilities"`
+	PID           int      `json:"pid"`
+	Root          string   `json:"root"`
+	// Runs the runner has finished or still runs, so a controller that lost the socket mid-run can
+	// settle its records.
+	Runs []RunStatus `json:"runs,omitempty"`
+}
+
+// Welcome is the controller's answer to Hello.
+type Welcome struct {
+	Protocol    int    `json:"protocol"`
+	WorkspaceID string `json:"workspace_id"`
+	// SessionToken is sent once, in exchange for the one-use bootstrap token; the runner presents
+	// it on reconnect.
+	SessionToken string `json:"session_token,omitempty"`
+}
+
+// Negotiate picks the highest protocol version both ranges contain.
+func Negotiate(peerMin, peerMax int) (int, error) {
+	v := min(peerMax, ProtocolMax)
+	if v < max(peerMin, ProtocolMin) {
+		return 0, Errorf(CodeUnsupported, "no common protocol version: peer speaks %d..%d, we speak %d..%d",
+			peerMin, peerMax, ProtocolMin, ProtocolMax)
+	}
+	return v, nil
+}
+
+// Bearer formats a token for the Authorization header.
+func Bearer(token string) string { return fmt.Sprintf("Bearer %s", token) }

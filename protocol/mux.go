@@ -1,0 +1,34 @@
+package protocol
+
+import (
+	"io"
+	"net"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// StreamWindow is the per-stream receive window. yamux's 256 KiB default caps one stream at
+// window/RTT (about 2.5 MiB/s at 100 ms), far too little for snapshot and output streams.
+const StreamWindow = 16 << 20
+
+// MuxConfig is the yamux configuration both ends use.
+func MuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.MaxStreamWindowSize = StreamWindow
+	c.AcceptBacklog = 1024
+	// The websocket already pings; a second keepalive layer would only add traffic.
+	c.EnableKeepAlive = false
+	c.ConnectionWriteTimeout = 30 * time.Second
+	c.StreamOpenTimeout = 30 * time.Second
+	c.StreamCloseTimeout = 5 * time.Minute
+	c.LogOutput = io.Discard
+	return c
+}
+
+// Dialer side (the runner) runs the yamux client; the controller runs the server. Either side may
+// open streams afterwards.
+func MuxClient(conn net.Conn) (*yamux.Session, error) { return yamux.Client(conn, MuxConfig()) }
+
+// MuxServer is the controller's end of a runner connection.
+func MuxServer(conn net.Conn) (*yamux.Session, error) { return yamux.Server(conn, MuxConfig()) }

@@ -1,0 +1,142 @@
+// Package runner is the agent inside a sandbox: it dials the controller, keeps one multiplexed
+// websocket alive across drops, and carries out the operations the controller opens as streams.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Config is everything a runner needs; cmd/tether-runner fills it from the environment.
+type Config struct {
+	ControllerURL string // http(s)://host:port of the controller
+	Token         string // one-use bootstrap token
+	AllocationID  string
+	Root          string // workspace root
+	Version       string
+	Env           []string // base environment for commands
+	Logger        *slog.Logger
+	// Backoff bounds between reconnect attempts.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Runner is one runner agent.
+type Runner struct {
+	cfg  Config
+	runs *runTable
+
+	mu    sync.Mutex
+	token string // bootstrap token first, session token once the controller granted one
+}
+
+// ErrRefused is returned by Run when the controller refuses the runner's credentials: retrying
+// cannot help, so the runner exits.
+var ErrRefused = errors.New("controller refused the runner")
+
+// New checks cfg and makes a runner.
+func New(cfg Config) (*Runner, error) {
+	if cfg.ControllerURL == "" || cfg.Token == "" || cfg.AllocationID == "" || cfg.Root == "" {
+		return nil, errors.New("runner: controller URL, token, allocation id and root are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 10 * time.Second
+	}
+	return &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token}, nil
+}
+
+// Run connects and serves until ctx ends or the controller refuses the runner. Socket drops are
+// retried with exponential backoff; commands keep running meanwhile.
+func (r *Runner) Run(ctx context.Context) error {
+	backoff := r.cfg.MinBackoff
+	for {
+		served, err := r.connectAndServe(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		if served {
+			backoff = r.cfg.MinBackoff
+		}
+		r.cfg.Logger.Warn("connection to controller lost; reconnecting", "err", err, "in", backoff)
+		jitter := time.Duration(rand.Int64N(int64(backoff)/5 + 1))
+		select {
+		case <-time.After(backoff + jitter):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, r.cfg.MaxBackoff)
+	}
+}
+
+// Shutdown kills every command the runner started. It is called on SIGTERM so that stopping an
+// allocation stops all its work, not only the runner.
+func (r *Runner) Shutdown() { r.runs.killAll() }
+
+func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {
+	u, err := connectURL(r.cfg.ControllerURL)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second, EnableCompression: false,
+		ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10, Proxy: http.ProxyFromEnvironment}
+	h := http.Header{}
+	r.mu.Lock()
+	h.Set("Authorization", protocol.Bearer(r.token))
+	r.mu.Unlock()
+	ws, resp, err := dialer.DialContext(ctx, u, h)
+	if err != nil {
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return false, fmt.Errorf("%w: %s", ErrRefused, resp.Status)
+		}
+		return false, err
+	}
+	conn := protocol.NewWSConn(ws)
+	defer conn.Close()
+	sess, err := protocol.MuxClient(conn)
+	if err != nil {
+		return false, err
+	}
+	defer sess.Close()
+	if err := r.hello(ctx, sess); err != nil {
+		return false, err
+	}
+	r.cfg.Logger.Info("connected to controller", "url", u)
+	return true, r.serve(ctx, sess)
+}
+
+func connectURL(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	case "ws", "wss":
+	default:
+		return "", fmt.Errorf("controller URL %q: scheme must be http or https", base)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + protocol.ConnectPath
+	return u.String(), nil
+}

@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"sync"
+
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/process"
+)
+
+// maxFinished bounds how many finished runs the runner remembers for a controller that lost the
+// socket while they ran.
+const maxFinished = 1000
+
+type runEntry struct {
+	status protocol.RunStatus
+	proc   *process.Process
+}
+
+// runTable tracks the commands this runner started.
+type runTable struct {
+	mu       sync.Mutex
+	runs     map[string]*runEntry
+	finished []string // run ids in finishing order
+}
+
+func newRunTable() *runTable { return &runTable{runs: map[string]*runEntry{}} }
+
+// reserve claims id so one run can never execute twice, even if the controller resends it.
+func (t *runTable) reserve(id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.runs[id]; ok {
+		return protocol.Errorf(protocol.CodeConflict, "run %s was already started", id)
+	}
+	t.runs[id] = &runEntry{status: protocol.RunStatus{RunID: id}}
+	return nil
+}
+
+// release forgets a reserved run that never started.
+func (t *runTable) release(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.runs, id)
+}
+
+func (t *runTable) started(id string, p *process.Process) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.runs[id]; ok {
+		e.status.Running, e.status.PID, e.proc = true, p.PID(), p
+	}
+}
+
+func (t *runTable) exited(id string, exit protocol.ExecExit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.runs[id]
+	if !ok {
+		return
+	}
+	e.status.Running, e.status.Finished, e.status.Exit = false, true, exit
+	e.proc = nil
+	t.finished = append(t.finished, id)
+	if len(t.finished) > maxFinished {
+		delete(t.runs, t.finished[0])
+		t.finished = t.finished[1:]
+	}
+}
+
+func (t *runTable) snapshot() []protocol.RunStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]protocol.RunStatus, 0, len(t.runs))
+	for _, e := range t.runs {
+		out = append(out, e.status)
+	}
+	return out
+}
+
+func (t *runTable) killAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.runs {
+		if e.proc != nil {
+			e.proc.Cancel()
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// hello introduces the runner on a fresh connection and takes the session token the controller
+// grants in exchange for the bootstrap token.
+func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
+	st, err := sess.OpenStream()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(dl)
+	}
+	hello := protocol.Hello{
+		ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax,
+		RunnerVersion: r.cfg.Version, AllocationID: r.cfg.AllocationID,
+		Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(), Root: r.cfg.Root,
+		Runs: r.runs.snapshot(),
+	}
+	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
+		return err
+	}
+	if err := protocol.WriteJSON(st, hello); err != nil {
+		return err
+	}
+	var tr protocol.Trailer
+	if err := protocol.ReadJSON(st, &tr); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	if err := tr.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	var w protocol.Welcome
+	if err := json.Unmarshal(tr.Result, &w); err != nil {
+		return fmt.Errorf("hello: welcome: %w", err)
+	}
+	if w.SessionToken != "" {
+		r.mu.Lock()
+		r.token = w.SessionToken
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// serve answers the controller's streams until the session ends.
+func (r *Runner) serve(ctx context.Context, sess *yamux.Session) error {
+	go func() {
+		<-ctx.Done()
+		sess.Close()
+	}()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return err
+		}
+		go r.handle(ctx, st)
+	}
+}
+
+func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
+	defer st.Close()
+	var h protocol.Header
+	if err := protocol.ReadJSON(st, &h); err != nil {
+		writeTrailer(st, nil, protocol.Errorf(protocol.CodeInvalidArgument, "header: %v", err))
+		return
+	}
+	switch h.Op {
+	case protocol.OpExec:
+		r.exec(st, h)
+	case protocol.OpTreeImport:
+		res, err := r.treeImport(ctx, st, h)
+		writeTrailer(st, res, err)
+	default:
+		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))
+	}
+}
+
+func writeTrailer(w io.Writer, result any, err error) {
+	tr := protocol.Trailer{OK: err == nil}
+	if err != nil {
+		tr.Error = protocol.AsError(err)
+	} else if result != nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			tr = protocol.Trailer{Error: protocol.AsError(merr)}
+		}
+		tr.Result = b
+	}
+	_ = protocol.WriteJSON(w, tr)
+}
+
+func decodeArgs(h protocol.Header, v any) error {
+	if len(h.Args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(h.Args, v); err != nil {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "%s arguments: %v", h.Op, err)
+	}
+	return nil
+}

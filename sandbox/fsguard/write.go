@@ -1,0 +1,228 @@
+package fsguard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TempPrefix starts the name of every temporary file WriteFile creates.
+// Snapshot capture and listings may skip such names: they are never a
+// finished file.
+const TempPrefix = ".tether-tmp-"
+
+// WriteOptions controls WriteFile.
+type WriteOptions struct {
+	// Replace allows replacing an existing file at the destination. A
+	// directory or symlink there is never replaced.
+	Replace bool
+	// MTime, when not zero, becomes the file's modification time.
+	MTime time.Time
+	// Verify, when set, is called with the byte count and digest after the
+	// data is on disk but before it is published; an error aborts the
+	// write. It is how a caller checks a transfer's trailer (count and
+	// SHA-256) without a window in which an unverified file is visible.
+	Verify func(WriteResult) error
+	// NoSync skips both fsyncs. Only for writes that are not yet visible
+	// to anyone, such as files in a staging directory that the caller
+	// makes durable all at once with Root.Sync before publishing it.
+	NoSync bool
+}
+
+// WriteResult describes the bytes written.
+type WriteResult struct {
+	Bytes  int64
+	SHA256 string // lowercase hex
+}
+
+// WriteFile atomically creates (or, with Replace, replaces) the regular
+// file rel with the contents of src and the permission bits of mode. The
+// data goes to an O_EXCL temporary file in the destination directory, is
+// fsynced, renamed into place (RENAME_NOREPLACE unless Replace), and the
+// directory is fsynced. On any error, including ctx being cancelled while
+// src is read, the temporary file is removed and nothing appears at rel.
+func (r *Root) WriteFile(ctx context.Context, rel string, src io.Reader, mode fs.FileMode, opts WriteOptions) (WriteResult, error) {
+	var res WriteResult
+	err := r.withParent(rel, func(pfd int, name, clean string) error {
+		if strings.HasPrefix(name, TempPrefix) {
+			return newError(CodeInvalidArgument, clean, "name is reserved for temporary files", nil)
+		}
+		var err error
+		res, err = writeAt(ctx, pfd, name, clean, src, mode, opts)
+		return err
+	})
+	return res, err
+}
+
+func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mode fs.FileMode, opts WriteOptions) (WriteResult, error) {
+	// Refusing early saves copying a large body only to fail at rename;
+	// the rename below is still what decides.
+	// A symlink at the destination is refused rather than replaced: the
+	// caller most likely meant its target, which is never written through.
+	// (If one is planted after this check, Replace swaps out the link
+	// itself, which leaves its target untouched.)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return WriteResult{}, newError(CodeExists, clean, "a directory exists at the destination", nil)
+		case unix.S_IFLNK:
+			return WriteResult{}, newError(CodeSymlinkRefused, clean, "destination is a symlink", unix.ELOOP)
+		}
+		if !opts.Replace {
+			return WriteResult{}, newError(CodeExists, clean, "destination exists", unix.EEXIST)
+		}
+	}
+	// fsync needs a readable descriptor; "." below the pinned parent is the
+	// same directory, and opening it now means no failure can come between
+	// publishing the file and syncing its directory except the sync itself.
+	dfd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return WriteResult{}, mapErrno("open parent", clean, err)
+	}
+	defer unix.Close(dfd)
+
+	tmp, f, err := createTemp(pfd, clean)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	published := false
+	defer func() {
+		f.Close()
+		if !published {
+			unix.Unlinkat(pfd, tmp, 0)
+		}
+	}()
+
+	res, err := copyHashed(ctx, f, src)
+	if err != nil {
+		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
+	}
+	if err := unix.Fchmod(int(f.Fd()), unixPerm(mode)); err != nil {
+		return WriteResult{}, mapErrno("chmod", clean, err)
+	}
+	if !opts.MTime.IsZero() {
+		if err := futimens(int(f.Fd()), opts.MTime); err != nil {
+			return WriteResult{}, mapErrno("chtimes", clean, err)
+		}
+	}
+	if !opts.NoSync {
+		if err := f.Sync(); err != nil {
+			return WriteResult{}, fmt.Errorf("fsync %s: %w", clean, err)
+		}
+	}
+	if opts.Verify != nil {
+		if err := opts.Verify(res); err != nil {
+			return WriteResult{}, fmt.Errorf("verify %s: %w", clean, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
+	}
+	if opts.Replace {
+		err = unix.Renameat(pfd, tmp, pfd, name)
+	} else {
+		err = renameNoReplace(pfd, tmp, pfd, name)
+	}
+	switch err {
+	case nil:
+	case unix.EISDIR, unix.ENOTEMPTY, unix.EEXIST:
+		return WriteResult{}, newError(CodeExists, clean, "destination exists", err)
+	default:
+		return WriteResult{}, mapErrno("rename", clean, err)
+	}
+	published = true
+	if opts.NoSync {
+		return res, nil
+	}
+	if err := unix.Fsync(dfd); err != nil {
+		return res, fmt.Errorf("fsync directory of %s: %w", clean, err)
+	}
+	return res, nil
+}
+
+// createTemp makes an O_EXCL file with an unguessable name in the pinned
+// directory; O_EXCL with O_CREAT also refuses to follow a symlink planted
+// under that name.
+// Sync flushes the whole filesystem holding the root (syncfs(2)): one call
+// makes a batch of NoSync writes durable.
+func (r *Root) Sync() error {
+	return r.withFD(".", unix.O_RDONLY|unix.O_DIRECTORY, func(fd int, clean string) error {
+		if err := unix.Syncfs(fd); err != nil {
+			return fmt.Errorf("syncfs: %w", err)
+		}
+		return nil
+	})
+}
+
+func createTemp(pfd int, clean string) (string, *os.File, error) {
+	for tries := 0; ; tries++ {
+		var b [12]byte
+		rand.Read(b[:])
+		tmp := TempPrefix + hex.EncodeToString(b[:])
+		fd, err := unix.Openat(pfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err == nil {
+			return tmp, os.NewFile(uintptr(fd), tmp), nil
+		}
+		if (err == unix.EEXIST || err == unix.EINTR) && tries < 16 {
+			continue
+		}
+		return "", nil, mapErrno("create temporary file for", clean, err)
+	}
+}
+
+func copyHashed(ctx context.Context, dst io.Writer, src io.Reader) (WriteResult, error) {
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return WriteResult{}, err
+		}
+		m, rerr := src.Read(buf)
+		if m > 0 {
+			h.Write(buf[:m])
+			if _, err := dst.Write(buf[:m]); err != nil {
+				return WriteResult{}, err
+			}
+			n += int64(m)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return WriteResult{}, rerr
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, err
+	}
+	return WriteResult{Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// futimens sets atime and mtime through the descriptor itself, as
+// utimensat(fd, NULL, ...): x/sys only offers the path form, and its
+// Futimes goes through /proc.
+func futimens(fd int, mtime time.Time) error {
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}

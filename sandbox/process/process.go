@@ -1,0 +1,144 @@
+// Package process runs commands for a workspace: each in its own process group, so a timeout, a
+// cancel or a stop reaches everything the command started, not just its first process.
+package process
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec describes one command.
+type Spec struct {
+	Argv []string
+	Env  []string // complete environment
+	Dir  string
+	// ExtraFiles are passed to the child (Dir may name one of them as /proc/self/fd/N).
+	ExtraFiles []*os.File
+	Stdin      io.Reader // nil: /dev/null
+	Stdout     io.Writer
+	Stderr     io.Writer
+	Timeout    time.Duration // 0: none
+	// OutputGrace bounds how long output is still collected after the command exits while
+	// something it left behind keeps the pipes open.
+	OutputGrace time.Duration
+}
+
+// Exit is how a command ended.
+type Exit struct {
+	Code     int // -1 when killed by a signal
+	Signal   int
+	TimedOut bool
+	Canceled bool
+}
+
+// Process is a started command.
+type Process struct {
+	cmd        *exec.Cmd
+	done       chan struct{}
+	exit       Exit
+	err        error
+	timedOut   chan struct{}
+	canceled   chan struct{}
+	cancelOnce sync.Once
+}
+
+// Start starts spec. The process outlives ctx only in the sense that ctx is not used to stop it:
+// callers stop it explicitly with Kill, so a dropped connection never kills work by accident.
+func Start(spec Spec) (*Process, error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, errors.New("empty command")
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	cmd.ExtraFiles = spec.ExtraFiles
+	cmd.Stdin = spec.Stdin
+	cmd.Stdout = spec.Stdout
+	cmd.Stderr = spec.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = spec.OutputGrace
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{}), timedOut: make(chan struct{}), canceled: make(chan struct{})}
+	stopTimer := func() bool { return true }
+	if spec.Timeout > 0 {
+		t := time.AfterFunc(spec.Timeout, func() {
+			close(p.timedOut)
+			p.killGroup()
+		})
+		stopTimer = t.Stop
+	}
+	go func() {
+		err := cmd.Wait()
+		stopTimer()
+		p.exit = exitOf(cmd.ProcessState)
+		p.exit.TimedOut = isClosed(p.timedOut)
+		p.exit.Canceled = isClosed(p.canceled)
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
+			p.err = err
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// PID is the process id, which is also its process group id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited and its output is collected.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the exit. ctx only bounds the waiting.
+func (p *Process) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-p.done:
+		return p.exit, p.err
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+}
+
+// Cancel kills the whole process group and records that it was canceled.
+func (p *Process) Cancel() {
+	p.cancelOnce.Do(func() { close(p.canceled) })
+	p.killGroup()
+}
+
+// Signal delivers sig to the whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+func (p *Process) killGroup() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func exitOf(ps *os.ProcessState) Exit {
+	if ps == nil {
+		return Exit{Code: -1}
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Exit{Code: -1, Signal: int(ws.Signal())}
+	}
+	return Exit{Code: ps.ExitCode()}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,191 @@
+// Package tree moves whole directory trees in and out of a workspace as
+// PAX tar streams, optionally zstd-compressed. Extract publishes nothing
+// until the entire stream has been read and materialized; Write is the
+// host-side counterpart the CLI uses to send a source directory.
+package tree
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+)
+
+// zstdMagic opens every zstd frame.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// maxZstdWindow bounds the decoder's memory for hostile input; it matches
+// the zstd command line's default decompression limit.
+const maxZstdWindow = 128 << 20
+
+// ExtractOptions controls Extract.
+type ExtractOptions struct {
+	// Dir is the directory, relative to the root, that receives the tree;
+	// "" means the root itself. It must exist, and none of the stream's
+	// top-level entries may exist in it yet.
+	Dir string
+	// MaxBytes, when positive, caps the total size of regular files.
+	MaxBytes int64
+}
+
+// Stats counts what Extract materialized.
+type Stats struct {
+	Files, Dirs, Symlinks int
+	Bytes                 int64
+}
+
+// Extract reads a tar stream (plain or zstd) and materializes regular
+// files, directories and symlinks beneath opts.Dir in root. Hard links,
+// devices and fifos are refused, as are entries that would escape the root
+// or pass through a symlink. Everything is first written to a fresh
+// staging directory inside opts.Dir and moved into place only after the
+// whole stream succeeded; on any error the staging directory is removed and
+// opts.Dir is left as it was.
+func Extract(ctx context.Context, root *fsguard.Root, r io.Reader, opts ExtractOptions) (Stats, error) {
+	dir := opts.Dir
+	if dir == "" {
+		dir = "."
+	}
+	clean, err := fsguard.Clean(dir)
+	if err != nil {
+		return Stats{}, err
+	}
+	// Pinning the target directory makes staging, publishing and cleanup
+	// all happen in the directory that was checked, even if its name is
+	// swapped for a symlink meanwhile.
+	target, err := root.OpenDir(clean)
+	if err != nil {
+		return Stats{}, fmt.Errorf("extract into %s: %w", clean, err)
+	}
+	defer target.Close()
+
+	st, err := newStage(target)
+	if err != nil {
+		return Stats{}, fmt.Errorf("extract into %s: %w", clean, err)
+	}
+	defer st.close()
+
+	stats, err := st.fill(ctx, r, opts.MaxBytes)
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := st.publish(ctx); err != nil {
+		return Stats{}, fmt.Errorf("extract into %s: %w", clean, err)
+	}
+	return stats, nil
+}
+
+// decompressed sniffs the zstd magic and wraps the stream accordingly. The
+// returned finish function drains what follows the tar end marker, so a
+// truncated or corrupt zstd frame fails the import instead of passing
+// unnoticed after the last entry.
+func decompressed(r io.Reader) (io.Reader, func() error, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(len(zstdMagic))
+	if err != nil && err != io.EOF {
+		return nil, nil, fmt.Errorf("read archive: %w", err)
+	}
+	if !bytes.Equal(head, zstdMagic) {
+		return br, func() error { return nil }, nil
+	}
+	dec, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
+	if err != nil {
+		return nil, nil, fmt.Errorf("zstd: %w", err)
+	}
+	finish := func() error {
+		defer dec.Close()
+		if _, err := io.Copy(io.Discard, dec); err != nil {
+			return fmt.Errorf("zstd: %w", err)
+		}
+		return nil
+	}
+	return dec, finish, nil
+}
+
+// dirMeta is applied after a directory's contents exist, because creating
+// entries updates the directory's mtime and a read-only mode would stop
+// them being created at all.
+type dirMeta struct {
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// entryMode keeps the permission bits only: setuid, setgid and sticky bits
+// from an untrusted archive are dropped, as tar does for non-root users.
+func entryMode(h *tar.Header) fs.FileMode { return fs.FileMode(h.Mode) & fs.ModePerm }
+
+func invalid(name, msg string) error {
+	return &fsguard.Error{Code: fsguard.CodeInvalidArgument, Path: name, Message: msg}
+}
+
+// extractEntry materializes one header into the stage.
+func (s *stage) extractEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, stats *Stats, maxBytes int64) error {
+	name, err := fsguard.Clean(h.Name)
+	if err != nil {
+		return err
+	}
+	if name == "." {
+		if h.Typeflag == tar.TypeDir {
+			return nil // the target itself, which already exists
+		}
+		return invalid(h.Name, "entry names the target directory")
+	}
+	for _, elem := range strings.Split(name, "/") {
+		if strings.HasPrefix(elem, StagePrefix) || strings.HasPrefix(elem, fsguard.TempPrefix) {
+			return invalid(name, "name is reserved for tether's temporary files")
+		}
+	}
+	parent, _ := path.Split(name)
+	if parent != "" {
+		// Streams from other tools may omit parent entries, as tar allows.
+		if err := s.dir.MkdirAll(path.Clean(parent), 0o755); err != nil {
+			return err
+		}
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if err := s.dir.MkdirAll(name, 0o700); err != nil {
+			return err
+		}
+		if _, seen := s.dirs[name]; !seen {
+			stats.Dirs++
+		}
+		s.dirs[name] = dirMeta{mode: entryMode(h), mtime: h.ModTime}
+	case tar.TypeReg, tar.TypeRegA:
+		if maxBytes > 0 && stats.Bytes+h.Size > maxBytes {
+			return invalid(name, fmt.Sprintf("archive holds more than %d bytes of files", maxBytes))
+		}
+		res, err := s.dir.WriteFile(ctx, name, tr, entryMode(h), fsguard.WriteOptions{MTime: h.ModTime, NoSync: true})
+		if err != nil {
+			return err
+		}
+		stats.Files++
+		stats.Bytes += res.Bytes
+	case tar.TypeSymlink:
+		if err := s.dir.Symlink(h.Linkname, name); err != nil {
+			return err
+		}
+		if err := s.dir.Chtimes(name, time.Time{}, h.ModTime); err != nil {
+			return err
+		}
+		stats.Symlinks++
+	case tar.TypeLink:
+		return invalid(name, "hard links are refused")
+	case tar.TypeChar, tar.TypeBlock:
+		return invalid(name, "device files are refused")
+	case tar.TypeFifo:
+		return invalid(name, "fifos are refused")
+	default:
+		return invalid(name, fmt.Sprintf("unsupported tar entry type %q", h.Typeflag))
+	}
+	return nil
+}
