@@ -42,7 +42,8 @@ func (p *providerSet) Get(ctx context.Context, name string) (provider.Provider, 
 	if _, err := os.Stat(path); err != nil {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "provider %q: no plugin at %s", name, path)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "provider." + name, Output: os.Stderr, Level: hclog.Info})
+	// Plugin chatter (start, exit) is debug detail; warnings and errors still show.
+	logger := hclog.New(&hclog.LoggerOptions{Name: "provider." + name, Output: os.Stderr, Level: hclog.LevelFromString(firstNonEmpty(os.Getenv("TETHER_PLUGIN_LOG"), "warn"))})
 	c, err := provider.Open(ctx, path, logger)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeProviderFailed, "provider %q: %v", name, err)
@@ -66,4 +67,13 @@ func (p *providerSet) Close() {
 		c.Close()
 		delete(p.clients, name)
 	}
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -72,6 +72,7 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	s.reconcileRuns(ctx, alloc.ID, hello.Runs)
 	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
 	s.hub.Add(c)
+	go s.serveRunnerOps(c)
 	s.log.Info("runner connected", "allocation", alloc.ID, "workspace", alloc.WorkspaceID, "runner", hello.RunnerVersion, "protocol", version)
 	select {
 	case <-c.Done():
@@ -126,6 +127,46 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, sessio
 		return hello, 0, err
 	}
 	return hello, version, nil
+}
+
+// serveRunnerOps answers the operations a runner opens: reports of runs that finished detached.
+func (s *Server) serveRunnerOps(c *hub.Conn) {
+	for {
+		st, err := c.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			_ = st.SetDeadline(time.Now().Add(30 * time.Second))
+			var h protocol.Header
+			if err := protocol.ReadJSON(st, &h); err != nil {
+				return
+			}
+			_ = protocol.WriteJSON(st, s.runnerOp(c, h))
+		}()
+	}
+}
+
+func (s *Server) runnerOp(c *hub.Conn, h protocol.Header) protocol.Trailer {
+	if h.Op != protocol.OpRunExited {
+		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this controller", h.Op)}
+	}
+	var st protocol.RunStatus
+	if err := json.Unmarshal(h.Args, &st); err != nil || !st.Finished {
+		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeInvalidArgument, "run_exited needs a finished run status")}
+	}
+	run, err := s.store.GetRun(s.ctx, st.RunID)
+	if err != nil || run.AllocationID != c.AllocationID {
+		// A runner may only settle its own runs.
+		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeNotFound, "run %q not found", st.RunID)}
+	}
+	if run.State == api.RunRunning {
+		if err := s.finishRun(s.ctx, run.ID, st.Exit); err != nil {
+			return protocol.Trailer{Error: protocol.AsError(err)}
+		}
+	}
+	return protocol.Trailer{OK: true}
 }
 
 // reconcileRuns settles runs the controller still thinks are running, from what the runner

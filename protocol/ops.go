@@ -5,6 +5,10 @@ package protocol
 const (
 	OpExec       = "exec"
 	OpTreeImport = "tree_import"
+
+	// OpRunExited goes the other way, runner to controller: a run whose exec stream was lost has
+	// finished. Its header's Args is a RunStatus.
+	OpRunExited = "run_exited"
 )
 
 // Capabilities this build of the runner advertises.

@@ -149,9 +149,11 @@ func (r *Runner) exec(st *yamux.Stream, h protocol.Header) {
 		result.Error = protocol.Errorf(protocol.CodeTimeout, "command exceeded its timeout of %s and was killed", time.Duration(args.Timeout))
 	}
 	r.runs.exited(args.RunID, result)
-	if !detached.Load() {
-		_ = cw.WriteJSONFrame(protocol.ChanExit, result)
+	if !detached.Load() && cw.WriteJSONFrame(protocol.ChanExit, result) == nil {
+		return
 	}
+	// Whoever started the run is gone; tell the controller on whatever connection is live now.
+	r.reportRunExit(protocol.RunStatus{RunID: args.RunID, Finished: true, Exit: result})
 }
 
 // readControl forwards stdin and acts on control frames until the stream ends.

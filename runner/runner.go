@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -37,7 +39,8 @@ type Runner struct {
 	runs *runTable
 
 	mu    sync.Mutex
-	token string // bootstrap token first, session token once the controller granted one
+	token string         // bootstrap token first, session token once the controller granted one
+	sess  *yamux.Session // the live connection, nil between connections
 }
 
 // ErrRefused is returned by Run when the controller refuses the runner's credentials: retrying
@@ -120,7 +123,41 @@ func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {
 		return false, err
 	}
 	r.cfg.Logger.Info("connected to controller", "url", u)
+	r.setSession(sess)
+	defer r.setSession(nil)
 	return true, r.serve(ctx, sess)
+}
+
+func (r *Runner) setSession(s *yamux.Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sess = s
+}
+
+// reportRunExit tells the controller about a run that finished while detached. Without a live
+// connection it does nothing: the next hello carries the run's status instead.
+func (r *Runner) reportRunExit(st protocol.RunStatus) {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess == nil {
+		return
+	}
+	stream, err := sess.OpenStream()
+	if err != nil {
+		return
+	}
+	defer stream.Close()
+	_ = stream.SetDeadline(time.Now().Add(30 * time.Second))
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return
+	}
+	if protocol.WriteJSON(stream, protocol.Header{Op: protocol.OpRunExited, Args: raw}) != nil {
+		return
+	}
+	var tr protocol.Trailer
+	_ = protocol.ReadJSON(stream, &tr)
 }
 
 func connectURL(base string) (string, error) {

@@ -66,8 +66,9 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	}
 	c.printf("controller on http://%s\n", l.Addr())
 	// The demo's own CLI invocations talk to this controller.
-	demoCLI := *c
-	demoCLI.addr, demoCLI.token = cl.Addr(), srv.OperatorToken()
+	demoCLI := func(args ...string) error {
+		return c.run(append([]string{"--addr", cl.Addr(), "--token", srv.OperatorToken()}, args...)...)
+	}
 
 	step("making a sample Git repository")
 	repo := filepath.Join(tmp, "sample-repo")
@@ -105,11 +106,11 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	}
 
 	step("tether run ls %s", ws.Name)
-	if err := demoCLI.run("run", "ls", ws.ID); err != nil {
+	if err := demoCLI("run", "ls", ws.ID); err != nil {
 		return err
 	}
 	step("tether workspace ls")
-	if err := demoCLI.run("workspace", "ls"); err != nil {
+	if err := demoCLI("workspace", "ls"); err != nil {
 		return err
 	}
 	step("tether workspace rm %s", ws.Name)
@@ -122,9 +123,9 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	return nil
 }
 
-// run runs a CLI command with c's settings, so the demo shows the CLI's real output.
-func (c cli) run(args ...string) error {
-	cmd := newRootCmd(&c)
+// run runs a CLI command on c's streams, so the demo shows the CLI's real output.
+func (c *cli) run(args ...string) error {
+	cmd := newRootCmd(&cli{stdin: c.stdin, stdout: c.stdout, stderr: c.stderr})
 	cmd.SetArgs(args)
 	cmd.SetOut(c.stdout)
 	cmd.SetErr(c.stderr)

@@ -37,6 +37,10 @@ func newExecCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Context().Err() != nil {
+				// Interrupted: the command's group was killed; exit like an interrupted shell.
+				return cmd.Context().Err()
+			}
 			if exit.TimedOut {
 				return protocol.Errorf(protocol.CodeTimeout, "command exceeded --timeout %s; its process group was killed", timeout)
 			}

@@ -24,6 +24,9 @@ type Conn struct {
 // Done is closed when the connection ends.
 func (c *Conn) Done() <-chan struct{} { return c.sess.CloseChan() }
 
+// Accept waits for a stream the runner opens (runner-initiated operations).
+func (c *Conn) Accept() (*yamux.Stream, error) { return c.sess.AcceptStream() }
+
 // Close drops the connection; the runner will try to reconnect.
 func (c *Conn) Close() error { return c.sess.Close() }
 
