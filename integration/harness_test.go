@@ -63,6 +63,8 @@ type controllerProc struct {
 	Addr  string // http://127.0.0.1:PORT
 	Token string
 	log   *syncBuffer
+	// exited is closed once the process has been waited for.
+	exited chan struct{}
 }
 
 type serveOpts struct {
@@ -91,7 +93,7 @@ func startController(t *testing.T, o serveOpts) *controllerProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start controller: %v", err)
 	}
-	c := &controllerProc{t: t, cmd: cmd, Data: o.data, log: log}
+	c := &controllerProc{t: t, cmd: cmd, Data: o.data, log: log, exited: make(chan struct{})}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -105,7 +107,7 @@ func startController(t *testing.T, o serveOpts) *controllerProc {
 			}
 		}
 	}()
-	go func() { _ = cmd.Wait(); pw.Close() }()
+	go func() { _ = cmd.Wait(); pw.Close(); close(c.exited) }()
 	select {
 	case c.Addr = <-found:
 	case <-time.After(30 * time.Second):
@@ -128,21 +130,17 @@ func startController(t *testing.T, o serveOpts) *controllerProc {
 
 // Stop stops the controller gracefully (idempotent).
 func (c *controllerProc) Stop() {
-	if c.cmd.ProcessState != nil {
+	select {
+	case <-c.exited:
 		return
+	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		for c.cmd.ProcessState == nil {
-			time.Sleep(20 * time.Millisecond)
-		}
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-c.exited:
 	case <-time.After(15 * time.Second):
 		_ = c.cmd.Process.Kill()
+		<-c.exited
 	}
 }
 
