@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -120,12 +119,49 @@ func startController(t *testing.T, o serveOpts) *controllerProc {
 	}
 	c.Token = strings.TrimSpace(string(tok))
 	t.Cleanup(func() {
+		c.removeAll(t)
 		c.Stop()
+		killRunnersUnder(o.data)
 		if t.Failed() {
 			t.Logf("controller log:\n%s", log.String())
 		}
 	})
 	return c
+}
+
+// removeAll removes every workspace while the controller still runs: runners outlive their
+// controller by design, so a test that only stopped the controller would leak them.
+func (c *controllerProc) removeAll(t *testing.T) {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	var list []api.Workspace
+	r := c.cli(t, nil, "workspace", "ls", "--json")
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &list) != nil {
+		return
+	}
+	for _, ws := range list {
+		c.cli(t, nil, "workspace", "rm", ws.ID)
+	}
+}
+
+// killRunnersUnder kills runner processes whose working directory lies in dir: the backstop
+// for a test that killed its controller or failed half-way.
+func killRunnersUnder(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		if err != nil || !strings.HasPrefix(cwd, dir+"/") || !strings.Contains(cmdline(pid), "tether-runner") {
+			continue
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // Stop stops the controller gracefully (idempotent).
@@ -382,10 +418,4 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -75,7 +75,8 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 func importSource(ctx context.Context, cl *client.Client, id, dir string) error {
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(tree.Write(ctx, pw, dir, tree.WriteOptions{Zstd: true}))
+		// Sockets and fifos (git's fsmonitor leaves one in .git) have no content to copy.
+		pw.CloseWithError(tree.Write(ctx, pw, dir, tree.WriteOptions{Zstd: true, SkipSpecial: true}))
 	}()
 	_, err := cl.ImportTree(ctx, id, "", pr)
 	pr.CloseWithError(err)

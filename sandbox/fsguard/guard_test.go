@@ -224,6 +224,8 @@ func TestOpenRefusesSpecialFiles(t *testing.T) {
 		// Without O_NONBLOCK this open would hang for want of a writer.
 		_, err := f.root.Open("fifo")
 		wantCode(t, err, CodeInvalidArgument)
+		_, err = f.root.Open("a")
+		wantCode(t, err, CodeInvalidArgument)
 	})
 }
 

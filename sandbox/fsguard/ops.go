@@ -107,8 +107,10 @@ func (r *Root) Lstat(rel string) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// Open opens a regular file or directory for reading. A final symlink is
-// refused; so are fifos and devices, whose open alone can block or act.
+// Open opens a regular file for reading. A final symlink is refused; so are
+// fifos and devices, whose open alone can block or act, and directories:
+// os.File's DirEntry.Info would look entries up by name from the working
+// directory, so listings go through ReadDir instead.
 func (r *Root) Open(rel string) (*os.File, error) {
 	var f *os.File
 	err := r.withFD(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, func(fd int, clean string) error {
@@ -116,8 +118,8 @@ func (r *Root) Open(rel string) (*os.File, error) {
 		if err := unix.Fstat(fd, &st); err != nil {
 			return mapErrno("fstat", clean, err)
 		}
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
-			return newError(CodeInvalidArgument, clean, "not a regular file or directory", nil)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return newError(CodeInvalidArgument, clean, "not a regular file", nil)
 		}
 		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
@@ -220,6 +222,12 @@ func (r *Root) mkdirAll(root int, clean string, mode fs.FileMode) (int, error) {
 			if e, ok := err.(*Error); ok {
 				c := *e
 				c.Path, c.Message = clean, "at "+done
+				switch c.Code {
+				case CodeSymlinkRefused:
+					c.Message = "component " + done + " is a symlink"
+				case CodeNotDirectory:
+					c.Message = "component " + done + " is not a directory"
+				}
 				err = &c
 			}
 			return -1, err
@@ -322,21 +330,25 @@ func (r *Root) Chmod(rel string, mode fs.FileMode) error {
 	})
 }
 
+// chmodFD changes the mode of the inode behind an O_PATH descriptor.
 func chmodFD(fd int, m uint32) error {
+	err := unix.Fchmodat(fd, "", m, unix.AT_EMPTY_PATH) // fchmodat2, Linux 6.6+
+	if err != unix.EOPNOTSUPP && err != unix.ENOSYS && err != unix.EINVAL {
+		return err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		// "." below a directory descriptor is that directory, whatever
-		// happens to the names around it.
-		return unix.Fchmodat(fd, ".", m, 0)
+		// happens to the names around it; looking it up needs search
+		// permission, which a mode-0 directory lacks, hence /proc next.
+		if err := unix.Fchmodat(fd, ".", m, 0); err != unix.EACCES {
+			return err
+		}
 	}
-	err := unix.Fchmodat(fd, "", m, unix.AT_EMPTY_PATH) // fchmodat2, Linux 6.6+
-	if err != unix.EOPNOTSUPP && err != unix.ENOSYS && err != unix.EINVAL {
-		return err
-	}
-	// Older kernels: the /proc magic link names exactly this inode.
+	// The /proc magic link names exactly this inode.
 	return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), m, 0)
 }
 

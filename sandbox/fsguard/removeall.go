@@ -81,7 +81,7 @@ func openDirForRemoval(pfd int, name string) (int, error) {
 		if perr != nil {
 			return -1, perr
 		}
-		perr = unix.Fchmodat(pathfd, ".", 0o700, 0)
+		perr = chmodFD(pathfd, 0o700)
 		unix.Close(pathfd)
 		if perr != nil {
 			return -1, err

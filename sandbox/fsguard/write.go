@@ -151,9 +151,6 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	return res, nil
 }
 
-// createTemp makes an O_EXCL file with an unguessable name in the pinned
-// directory; O_EXCL with O_CREAT also refuses to follow a symlink planted
-// under that name.
 // Sync flushes the whole filesystem holding the root (syncfs(2)): one call
 // makes a batch of NoSync writes durable.
 func (r *Root) Sync() error {
@@ -165,6 +162,9 @@ func (r *Root) Sync() error {
 	})
 }
 
+// createTemp makes an O_EXCL file with an unguessable name in the pinned
+// directory; O_EXCL with O_CREAT also refuses to follow a symlink planted
+// under that name.
 func createTemp(pfd int, clean string) (string, *os.File, error) {
 	for tries := 0; ; tries++ {
 		var b [12]byte

@@ -95,7 +95,14 @@ func decompressed(r io.Reader) (io.Reader, func() error, error) {
 		return nil, nil, fmt.Errorf("read archive: %w", err)
 	}
 	if !bytes.Equal(head, zstdMagic) {
-		return br, func() error { return nil }, nil
+		// The stream may carry more than the tar (record padding, a wire body's terminator that
+		// verifies every byte): read it to its end before anything is published.
+		return br, func() error {
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				return fmt.Errorf("read archive: %w", err)
+			}
+			return nil
+		}, nil
 	}
 	dec, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
 	if err != nil {
@@ -110,6 +117,9 @@ func decompressed(r io.Reader) (io.Reader, func() error, error) {
 	}
 	return dec, finish, nil
 }
+
+// typeRegOld is the pre-POSIX type flag for a regular file ('\x00'); old archivers still write it.
+const typeRegOld = '\x00'
 
 // dirMeta is applied after a directory's contents exist, because creating
 // entries updates the directory's mtime and a read-only mode would stop
@@ -160,7 +170,7 @@ func (s *stage) extractEntry(ctx context.Context, tr *tar.Reader, h *tar.Header,
 			stats.Dirs++
 		}
 		s.dirs[name] = dirMeta{mode: entryMode(h), mtime: h.ModTime}
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg, typeRegOld:
 		if maxBytes > 0 && stats.Bytes+h.Size > maxBytes {
 			return invalid(name, fmt.Sprintf("archive holds more than %d bytes of files", maxBytes))
 		}

@@ -68,6 +68,10 @@ func TestExtractBrokenStreams(t *testing.T) {
 		"cut in zstd":    z[:len(z)-5],
 		"corrupt zstd":   append(append([]byte{}, z[:len(z)-8]...), 1, 2, 3, 4, 5, 6, 7, 8),
 		"garbage header": bytes.Repeat([]byte{0x41}, 1024),
+		"cut at entry":   data[:len(data)-1024],
+		"one end block":  data[:len(data)-512],
+		"cut zstd entry": zstdBytes(t, data[:len(data)-1024]),
+		"empty":          nil,
 	}
 	resolvers(t, func(t *testing.T, res fsguard.Resolver) {
 		for name, stream := range cases {

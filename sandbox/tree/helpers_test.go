@@ -79,6 +79,7 @@ type env struct {
 func newEnv(t testing.TB, res fsguard.Resolver) *env {
 	t.Helper()
 	base := t.TempDir()
+	removable(t, base)
 	e := &env{base: base, dir: filepath.Join(base, "root"), outside: filepath.Join(base, "outside")}
 	for _, d := range []string{e.outside, filepath.Join(e.dir, "keep", "inner")} {
 		must(t, os.MkdirAll(d, 0o755))
@@ -170,6 +171,19 @@ func (e *env) assertOutsideUntouched(t testing.TB) {
 	if top, _ := os.ReadDir(e.base); len(top) != 2 {
 		t.Fatalf("entries appeared beside the root: %v", top)
 	}
+}
+
+// removable lets the TempDir cleanup, which runs after this one, delete
+// read-only directories that tests extract when not running as root.
+func removable(t testing.TB, dir string) {
+	t.Cleanup(func() {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+	})
 }
 
 func must(t testing.TB, err error) {

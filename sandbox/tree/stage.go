@@ -58,7 +58,9 @@ func (s *stage) fill(ctx context.Context, r io.Reader, maxBytes int64) (Stats, e
 		return Stats{}, err
 	}
 	var stats Stats
-	tr := tar.NewReader(src)
+	counted := &countingReader{r: src}
+	tr := tar.NewReader(counted)
+	var entryEnd int64 // stream offset where the last entry's data ends
 	for {
 		if err := ctx.Err(); err != nil {
 			finish()
@@ -66,12 +68,21 @@ func (s *stage) fill(ctx context.Context, r io.Reader, maxBytes int64) (Stats, e
 		}
 		h, err := tr.Next()
 		if err == io.EOF {
+			// archive/tar reports a stream that simply stops between
+			// entries as a clean end; only the two zero blocks of the
+			// end-of-archive marker tell a whole archive from one cut at
+			// an entry boundary.
+			if counted.n < entryEnd+2*blockSize {
+				finish()
+				return Stats{}, fmt.Errorf("read archive: no end-of-archive marker: %w", io.ErrUnexpectedEOF)
+			}
 			break
 		}
 		if err != nil {
 			finish()
 			return Stats{}, fmt.Errorf("read archive: %w", err)
 		}
+		entryEnd = counted.n + paddedSize(h)
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
@@ -84,6 +95,29 @@ func (s *stage) fill(ctx context.Context, r io.Reader, maxBytes int64) (Stats, e
 		return Stats{}, err
 	}
 	return stats, nil
+}
+
+const blockSize = 512
+
+// paddedSize is how many bytes of data archive/tar consumes after h's
+// header blocks.
+func paddedSize(h *tar.Header) int64 {
+	switch h.Typeflag {
+	case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo, tar.TypeXGlobalHeader:
+		return 0 // header-only types: archive/tar ignores their size field
+	}
+	return (h.Size + blockSize - 1) / blockSize * blockSize
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // publish sets directory metadata, makes the staged tree durable, and

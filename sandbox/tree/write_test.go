@@ -20,6 +20,7 @@ import (
 func makeSource(t *testing.T) string {
 	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
+	removable(t, src)
 	files := map[string]os.FileMode{
 		"README.md":            0o644,
 		"bin/run.sh":           0o755,
@@ -44,6 +45,7 @@ func makeSource(t *testing.T) string {
 	must(t, os.Symlink("deep/a", filepath.Join(src, "dirlink")))
 	must(t, os.Chmod(filepath.Join(src, "deep/a"), 0o750))
 	must(t, os.Chmod(filepath.Join(src, "secrets"), 0o711))
+	must(t, os.Chmod(filepath.Join(src, "deep/a/b"), 0o555)) // read-only, not top-level
 	// Set times deepest first: touching a child changes its parent.
 	mt := time.Date(2019, 7, 8, 9, 10, 11, 123456789, time.UTC)
 	var paths []string
@@ -67,6 +69,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatalf("zstd=%v but stream starts %x", compress, buf.Bytes()[:4])
 			}
 			dst := filepath.Join(t.TempDir(), "ws")
+			removable(t, dst)
 			must(t, os.Mkdir(dst, 0o755))
 			root, err := fsguard.Open(dst, fsguard.WithResolver(res))
 			if err != nil && res == fsguard.ResolverOpenat2 {
@@ -113,6 +116,7 @@ func TestWriteRefusesSpecialFiles(t *testing.T) {
 	var buf bytes.Buffer
 	must(t, Write(context.Background(), &buf, src, WriteOptions{SkipSpecial: true}))
 	dst := t.TempDir()
+	removable(t, dst)
 	root, err := fsguard.Open(dst)
 	must(t, err)
 	defer root.Close()

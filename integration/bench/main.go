@@ -1,0 +1,135 @@
+// Command bench measures Tether's runner and exec path against Docker measured in the same run,
+// and prints a Markdown table (or JSON) of the figures and their ratios. `make bench` runs it with
+// TETHER_BIN_DIR pointing at freshly built binaries. It asserts nothing about timings.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+type config struct {
+	binDir   string
+	n        int   // exec round trips through Go clients
+	cliN     int   // exec round trips through CLIs (a process each)
+	starts   int   // workspace / container starts
+	rounds   int   // throughput rounds
+	size     int64 // throughput bytes
+	asJSON   bool
+	noDocker bool
+}
+
+func main() {
+	var cfg config
+	var mib int64
+	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
+	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
+	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "throughput rounds (the median is reported)")
+	flag.Int64Var(&mib, "mib", 50, "MiB of exec output per throughput round")
+	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
+	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
+	flag.Parse()
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds and -mib must be at least 1")
+		os.Exit(2)
+	}
+	cfg.size = mib << 20
+	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
+	if cfg.binDir == "" {
+		cfg.binDir = "bin"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, cfg)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	binDir, err := filepath.Abs(cfg.binDir)
+	if err != nil {
+		return err
+	}
+	for _, b := range []string{"tether", "tether-runner", "tether-provider-local"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return fmt.Errorf("%v (run `make build`, or set TETHER_BIN_DIR)", err)
+		}
+	}
+	cfg.binDir = binDir
+
+	progress("starting a controller from %s", binDir)
+	t, err := startController(ctx, binDir)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	progress("controller on %s (data %s)", t.addr, t.data)
+
+	b := &bench{cfg: cfg, t: t, rep: &report{Environment: environment(ctx, t)}}
+	if cfg.noDocker {
+		b.noDocker = "skipped with -no-docker"
+	} else {
+		progress("checking Docker and building %s FROM scratch", benchImage)
+		d, err := newDocker(ctx)
+		if err != nil {
+			b.noDocker = err.Error()
+			progress("no Docker reference: %v", err)
+		} else {
+			defer d.close()
+			b.d = d
+			b.rep.Environment["docker"] = d.version
+			if d.api == nil {
+				b.rep.note("Docker Engine API rows are n/a: %v", d.apiErr)
+			}
+		}
+	}
+	if b.noDocker != "" {
+		b.rep.note("Docker references are n/a: %s", b.noDocker)
+	}
+	b.rep.note("The local provider's runner is a plain host process and isolates nothing; Docker sets up namespaces and cgroups per container and runs runc per exec. Start and exec rows compare control paths, not equal isolation.")
+	b.rep.note("Go-program rows pair tether's Go client with the Docker Engine API over its unix socket; CLI rows pair the two CLIs, a process per call. `true` and `head` are the host's in the workspace and busybox's in the container.")
+	b.rep.note("All figures come from this one run on this machine; other load on the host adds noise. Nothing here is asserted.")
+	if err := b.all(ctx); err != nil {
+		return err
+	}
+	if cfg.asJSON {
+		return b.rep.json(os.Stdout)
+	}
+	b.rep.markdown(os.Stdout)
+	return nil
+}
+
+func environment(ctx context.Context, t *tetherEnv) map[string]string {
+	env := map[string]string{
+		"tether": t.version(ctx) + ", local provider",
+		"go":     fmt.Sprintf("%s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH),
+		"cpu":    fmt.Sprintf("%s ×%d", cpuModel(), runtime.NumCPU()),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		env["kernel"] = strings.TrimSpace(string(b))
+	}
+	return env
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown cpu"
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown cpu"
+}
