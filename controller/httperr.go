@@ -22,6 +22,9 @@ var httpStatus = map[protocol.Code]int{
 	protocol.CodeUnsupported:     http.StatusNotImplemented,
 	protocol.CodeUnavailable:     http.StatusServiceUnavailable,
 	protocol.CodeTimeout:         http.StatusGatewayTimeout,
+	protocol.CodeInvalidPath:     http.StatusBadRequest,
+	protocol.CodeTooLarge:        http.StatusRequestEntityTooLarge,
+	protocol.CodeInvalidRange:    http.StatusRequestedRangeNotSatisfiable,
 }
 
 func writeError(w http.ResponseWriter, err error) {

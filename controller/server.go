@@ -30,8 +30,10 @@ type Config struct {
 	// ReadyTimeout bounds how long a new allocation may take to connect its runner.
 	ReadyTimeout    time.Duration
 	DefaultProvider string
-	Logger          *slog.Logger
-	Version         string
+	// MaxFileSize bounds one file write; 0 means no limit.
+	MaxFileSize int64
+	Logger      *slog.Logger
+	Version     string
 }
 
 // Server is a running controller.
@@ -102,6 +104,13 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("PUT /v1/workspaces/{id}/tree", s.handleTreeImport)
 	op.HandleFunc("GET /v1/workspaces/{id}/exec", s.handleExec)
 	op.HandleFunc("GET /v1/workspaces/{id}/runs", s.handleListRuns)
+	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
+	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
+	const files = "/v1/workspaces/{id}/files/{path...}"
+	op.HandleFunc("GET "+files, s.handleFilesGet)
+	op.HandleFunc("PUT "+files, s.handleFilesPut)
+	op.HandleFunc("DELETE "+files, s.handleFilesDelete)
+	op.HandleFunc("POST "+files, s.handleFilesPost)
 	mux.Handle("/v1/", s.requireOperator(op))
 	return mux
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"time"
@@ -195,52 +193,16 @@ func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, 
 // handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,
 // which publishes it only once the whole stream arrived and verified.
 func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.liveConn(r.Context(), r.PathValue("id"))
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	c, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "runner disconnected"))
-		return
-	}
-	st, err := c.Open(protocol.OpTreeImport, "", protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer st.Close()
-	body := protocol.NewBodyWriter(st)
-	_, copyErr := io.Copy(body, r.Body)
-	if copyErr == nil {
-		_, copyErr = body.Finish()
-	}
-	if copyErr != nil {
-		// Half-close without the body's terminator: the runner sees a cut body and discards it.
-		st.Close()
-	}
-	// A runner that refused the tree stops reading and answers early: its trailer is the error
-	// worth reporting, so read it even when the copy failed.
-	_ = st.SetReadDeadline(time.Now().Add(time.Minute))
-	var tr protocol.Trailer
-	if err := protocol.ReadJSON(st, &tr); err != nil {
-		if copyErr != nil {
-			err = copyErr
-		}
-		writeError(w, protocol.Errorf(protocol.CodeFailed, "tree import: %v", err))
-		return
-	}
-	if err := tr.Err(); err != nil {
-		writeError(w, err)
-		return
-	}
-	if copyErr != nil {
-		writeError(w, protocol.Errorf(protocol.CodeFailed, "tree import: %v", copyErr))
 		return
 	}
 	var res protocol.TreeImportResult
-	_ = decodeRaw(tr.Result, &res)
+	if err := callWithBody(r.Context(), c, protocol.OpTreeImport, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, res)
 }
 
@@ -256,11 +218,4 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, runs)
-}
-
-func decodeRaw(raw json.RawMessage, v any) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	return json.Unmarshal(raw, v)
 }

@@ -32,6 +32,9 @@ const (
 	CodeFailed               Code = "failed"
 	CodeProviderFailed       Code = "provider_failed"
 	CodeInternal             Code = "internal"
+	CodeInvalidPath          Code = "invalid_path"
+	CodeTooLarge             Code = "too_large"
+	CodeInvalidRange         Code = "invalid_range"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -57,6 +60,9 @@ var exitCodes = map[Code]int{
 	CodeFailed:               18,
 	CodeProviderFailed:       19,
 	CodeInternal:             20,
+	CodeInvalidPath:          21,
+	CodeTooLarge:             22,
+	CodeInvalidRange:         23,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -12,7 +12,8 @@ const (
 )
 
 // Capabilities this build of the runner advertises.
-var RunnerCapabilities = []string{OpExec, OpTreeImport}
+var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
+	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

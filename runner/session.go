@@ -81,6 +81,29 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 	case protocol.OpTreeImport:
 		res, err := r.treeImport(ctx, st, h)
 		writeTrailer(st, res, err)
+	case protocol.OpFsWrite:
+		res, err := r.fsWrite(ctx, st, h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsRead:
+		r.fsRead(st, h)
+	case protocol.OpFsStat:
+		res, err := r.fsStat(h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsList:
+		res, err := r.fsList(h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsMkdir:
+		res, err := r.fsMkdir(h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsRemove:
+		res, err := r.fsRemove(h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsRename:
+		res, err := r.fsRename(h)
+		writeTrailer(st, res, err)
+	case protocol.OpFsChmod:
+		res, err := r.fsChmod(h)
+		writeTrailer(st, res, err)
 	default:
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))
 	}

@@ -35,11 +35,13 @@ func New(addr, token string) (*Client, error) {
 // Addr is the controller's base URL.
 func (c *Client) Addr() string { return c.base.String() }
 
-func (c *Client) url(path string, q url.Values) string {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = q.Encode()
-	return u.String()
+// url joins the base and an already escaped path.
+func (c *Client) url(escapedPath string, q url.Values) string {
+	s := c.base.String() + escapedPath
+	if len(q) > 0 {
+		s += "?" + q.Encode()
+	}
+	return s
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string, out any) error {
@@ -51,6 +53,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return c.send(ctx, req, out)
+}
+
+// send performs req and decodes a JSON answer into out (when not nil), or the typed error.
+func (c *Client) send(ctx context.Context, req *http.Request, out any) error {
+	method, path := req.Method, req.URL.Path
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

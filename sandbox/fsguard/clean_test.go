@@ -10,8 +10,14 @@ func TestClean(t *testing.T) {
 	for _, tc := range []struct {
 		in, want, code string
 	}{
-		{in: "", code: CodeInvalidArgument},
-		{in: "a\x00b", code: CodeInvalidArgument},
+		{in: "", code: CodeInvalidPath},
+		{in: "a\x00b", code: CodeInvalidPath},
+		{in: "a//b", code: CodeInvalidPath},
+		{in: "a/", code: CodeInvalidPath},
+		{in: "./", code: CodeInvalidPath},
+		{in: strings.Repeat("n", 256), code: CodeInvalidPath},
+		{in: strings.Repeat("a/", 2048) + "b", code: CodeInvalidPath},
+		{in: strings.Repeat("n", 255), want: strings.Repeat("n", 255)},
 		{in: "/etc/passwd", code: CodePathEscape},
 		{in: "/", code: CodePathEscape},
 		{in: "..", code: CodePathEscape},
@@ -21,9 +27,8 @@ func TestClean(t *testing.T) {
 		{in: "a/../b", code: CodePathEscape},
 		{in: "a/b/..", code: CodePathEscape},
 		{in: ".", want: "."},
-		{in: "./", want: "."},
 		{in: "a", want: "a"},
-		{in: "./a/./b//c/", want: "a/b/c"},
+		{in: "./a/./b/c", want: "a/b/c"},
 		{in: "..a/b..", want: "..a/b.."},
 		{in: "a\\..\\b", want: "a\\..\\b"}, // backslash is an ordinary byte on Linux
 	} {

@@ -17,6 +17,9 @@ const (
 	CodeExists          = "exists"
 	CodeInvalidArgument = "invalid_argument"
 	CodeNotDirectory    = "not_directory"
+	CodeInvalidPath     = "invalid_path"
+	CodeConflict        = "conflict"
+	CodeTooLarge        = "too_large"
 )
 
 // Error is a refusal or failure with a typed code. Path is the

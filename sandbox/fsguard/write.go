@@ -37,6 +37,13 @@ type WriteOptions struct {
 	// to anyone, such as files in a staging directory that the caller
 	// makes durable all at once with Root.Sync before publishing it.
 	NoSync bool
+	// IfSHA256, when set, publishes only if the destination's current
+	// content has this SHA-256 (lowercase hex); otherwise the write fails
+	// with CodeConflict and changes nothing. It implies Replace.
+	IfSHA256 string
+	// MaxBytes, when positive, fails a write whose source is larger with
+	// CodeTooLarge before more than MaxBytes+1 bytes were read.
+	MaxBytes int64
 }
 
 // WriteResult describes the bytes written.
@@ -79,7 +86,7 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 		case unix.S_IFLNK:
 			return WriteResult{}, newError(CodeSymlinkRefused, clean, "destination is a symlink", unix.ELOOP)
 		}
-		if !opts.Replace {
+		if !opts.Replace && opts.IfSHA256 == "" {
 			return WriteResult{}, newError(CodeExists, clean, "destination exists", unix.EEXIST)
 		}
 	}
@@ -104,6 +111,9 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 		}
 	}()
 
+	if opts.MaxBytes > 0 {
+		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
+	}
 	res, err := copyHashed(ctx, f, src)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
@@ -129,7 +139,13 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
 	}
-	if opts.Replace {
+	if opts.IfSHA256 != "" {
+		// Checked as late as possible: only the rename itself comes after.
+		if err := expectContent(pfd, name, clean, opts.IfSHA256); err != nil {
+			return WriteResult{}, err
+		}
+	}
+	if opts.Replace || opts.IfSHA256 != "" {
 		err = unix.Renameat(pfd, tmp, pfd, name)
 	} else {
 		err = renameNoReplace(pfd, tmp, pfd, name)
@@ -225,4 +241,50 @@ func futimens(fd int, mtime time.Time) error {
 		}
 		return nil
 	}
+}
+
+// expectContent checks that the regular file name in pfd hashes to want.
+func expectContent(pfd int, name, clean, want string) error {
+	fd, err := retryEINTR(func() (int, error) {
+		return unix.Openat(pfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	})
+	if err == unix.ENOENT {
+		return newError(CodeConflict, clean, "expected existing content with sha256 "+want+", found no file", nil)
+	}
+	if err != nil {
+		return mapErrno("open", clean, err)
+	}
+	f := os.NewFile(uintptr(fd), clean)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return mapErrno("fstat", clean, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return newError(CodeConflict, clean, "destination is not a regular file", nil)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("hash %s: %w", clean, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, want) {
+		return newError(CodeConflict, clean, "content changed: sha256 is "+got+", expected "+want, nil)
+	}
+	return nil
+}
+
+// limitedReader fails once more than left bytes come from r.
+type limitedReader struct {
+	r     io.Reader
+	left  int64
+	clean string
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return 0, newError(CodeTooLarge, l.clean, "file exceeds the size limit", nil)
+	}
+	return n, err
 }

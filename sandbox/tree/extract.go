@@ -139,7 +139,8 @@ func invalid(name, msg string) error {
 
 // extractEntry materializes one header into the stage.
 func (s *stage) extractEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, stats *Stats, maxBytes int64) error {
-	name, err := fsguard.Clean(h.Name)
+	// Tar writes directories with one trailing slash; that is not an empty component.
+	name, err := fsguard.Clean(strings.TrimSuffix(h.Name, "/"))
 	if err != nil {
 		return err
 	}

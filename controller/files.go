@@ -1,0 +1,244 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Headers of the files API.
+const (
+	// HeaderSHA256 is the SHA-256 of a whole-file read (an HTTP trailer, since it is known only
+	// at the end) and, on a PUT, the content's expected SHA-256.
+	HeaderSHA256 = "X-Tether-Sha256"
+	// HeaderSize is the file's full size, sent before a streamed whole-file body.
+	HeaderSize = "X-Tether-Size"
+)
+
+// filePath is the workspace-relative path of a files URL; the bare collection is the root.
+func filePath(r *http.Request) string {
+	p := r.PathValue("path")
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	switch {
+	case q.Has("list"):
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		var page protocol.FsListResult
+		if err := call(r.Context(), c, protocol.OpFsList, protocol.FsListArgs{Path: filePath(r), Cursor: q.Get("cursor"), Limit: limit}, &page); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, page)
+	case q.Has("stat"):
+		var fi protocol.FileInfo
+		if err := call(r.Context(), c, protocol.OpFsStat, protocol.FsPathArgs{Path: filePath(r)}, &fi); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, fi)
+	default:
+		s.readFile(w, r, c)
+	}
+}
+
+// parseRange understands one "bytes=" range; several ranges are answered with the whole file,
+// which RFC 9110 allows.
+func parseRange(h string) (protocol.FsReadArgs, bool, error) {
+	args := protocol.FsReadArgs{Length: -1}
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	if h == "" || !ok || strings.Contains(spec, ",") {
+		return args, false, nil
+	}
+	first, last, ok := strings.Cut(strings.TrimSpace(spec), "-")
+	if !ok {
+		return args, false, protocol.Errorf(protocol.CodeInvalidRange, "bad Range %q", h)
+	}
+	if first == "" {
+		n, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || n <= 0 {
+			return args, false, protocol.Errorf(protocol.CodeInvalidRange, "bad Range %q", h)
+		}
+		args.Suffix = n
+		return args, true, nil
+	}
+	off, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || off < 0 {
+		return args, false, protocol.Errorf(protocol.CodeInvalidRange, "bad Range %q", h)
+	}
+	args.Offset = off
+	if last != "" {
+		end, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || end < off {
+			return args, false, protocol.Errorf(protocol.CodeInvalidRange, "bad Range %q", h)
+		}
+		args.Length = end - off + 1
+	}
+	return args, true, nil
+}
+
+// readFile streams a file (or one range of it). A whole-file read goes chunked with its SHA-256
+// as a trailer; if the runner fails mid-way, the response is cut off rather than ended, so no
+// client can mistake a partial body for the file.
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
+	args, ranged, err := parseRange(r.Header.Get("Range"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	args.Path = filePath(r)
+	st, err := c.Open(protocol.OpFsRead, "", args)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer st.Close()
+	stop := context.AfterFunc(r.Context(), func() { st.Close() })
+	defer stop()
+	tr, err := readTrailer(st)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var reply protocol.FsReadReply
+	if err := decodeResult(tr, &reply); err != nil {
+		writeError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Last-Modified", reply.Info.MTime.UTC().Format(http.TimeFormat))
+	h.Set(HeaderSize, strconv.FormatInt(reply.Info.Size, 10))
+	status := http.StatusOK
+	if ranged {
+		status = http.StatusPartialContent
+		h.Set("Content-Length", strconv.FormatInt(reply.Length, 10))
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", reply.Offset, reply.Offset+reply.Length-1, reply.Info.Size))
+		if reply.Length == 0 {
+			h.Set("Content-Range", fmt.Sprintf("bytes */%d", reply.Info.Size))
+		}
+	} else {
+		h.Set("Trailer", HeaderSHA256)
+	}
+	w.WriteHeader(status)
+	body := protocol.NewBodyReader(st)
+	if _, err := io.Copy(w, body); err != nil {
+		s.log.Warn("file read cut off", "path", args.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
+	final, err := readTrailer(st)
+	if err == nil {
+		err = final.Err()
+	}
+	if err != nil {
+		s.log.Warn("file read failed after its body", "path", args.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if !ranged {
+		h.Set(HeaderSHA256, body.Result.SHA256)
+	}
+}
+
+func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	args := protocol.FsWriteArgs{Path: filePath(r), Replace: q.Get("replace") == "true", IfSHA256: q.Get("if_sha256"),
+		SHA256: r.Header.Get(HeaderSHA256), MaxBytes: s.cfg.MaxFileSize}
+	if m := q.Get("mode"); m != "" {
+		mode, err := strconv.ParseUint(m, 8, 32)
+		if err != nil {
+			writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want octal permission bits like 0644", m))
+			return
+		}
+		args.Mode = uint32(mode)
+	}
+	if s.cfg.MaxFileSize > 0 && r.ContentLength > s.cfg.MaxFileSize {
+		writeError(w, protocol.Errorf(protocol.CodeTooLarge, "%d bytes exceed the file size limit of %d", r.ContentLength, s.cfg.MaxFileSize))
+		return
+	}
+	var res protocol.FsWriteResult
+	if err := callWithBody(r.Context(), c, protocol.OpFsWrite, args, r.Body, &res); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}
+
+func (s *Server) handleFilesDelete(w http.ResponseWriter, r *http.Request) {
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	args := protocol.FsPathArgs{Path: filePath(r), Recursive: r.URL.Query().Get("recursive") == "true"}
+	if err := call(r.Context(), c, protocol.OpFsRemove, args, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleFilesPost carries the operations that are neither reads nor writes of content:
+// ?op=mkdir[&parents=true][&mode=0755], ?op=rename&to=PATH[&replace=true], ?op=chmod&mode=0644.
+func (s *Server) handleFilesPost(w http.ResponseWriter, r *http.Request) {
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	var mode uint64
+	if m := q.Get("mode"); m != "" {
+		if mode, err = strconv.ParseUint(m, 8, 32); err != nil {
+			writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want octal permission bits like 0755", m))
+			return
+		}
+	}
+	var fi protocol.FileInfo
+	switch op := q.Get("op"); op {
+	case "mkdir":
+		err = call(r.Context(), c, protocol.OpFsMkdir, protocol.FsPathArgs{Path: filePath(r), Parents: q.Get("parents") == "true", Mode: uint32(mode)}, &fi)
+	case "rename":
+		if q.Get("to") == "" {
+			err = protocol.Errorf(protocol.CodeInvalidArgument, "rename needs ?to=PATH")
+			break
+		}
+		err = call(r.Context(), c, protocol.OpFsRename, protocol.FsRenameArgs{From: filePath(r), To: q.Get("to"), Replace: q.Get("replace") == "true"}, &fi)
+	case "chmod":
+		if q.Get("mode") == "" {
+			err = protocol.Errorf(protocol.CodeInvalidArgument, "chmod needs ?mode=OCTAL")
+			break
+		}
+		err = call(r.Context(), c, protocol.OpFsChmod, protocol.FsPathArgs{Path: filePath(r), Mode: uint32(mode)}, &fi)
+	default:
+		err = protocol.Errorf(protocol.CodeInvalidArgument, "unknown files operation %q (want mkdir, rename or chmod)", op)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}

@@ -1,0 +1,380 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+	"golang.org/x/sys/unix"
+)
+
+// defaultFileMode is the mode of a written file when the caller names none.
+const defaultFileMode = 0o644
+
+// withRoot opens the workspace root for one operation.
+func (r *Runner) withRoot(fn func(root *fsguard.Root) error) error {
+	root, err := fsguard.Open(r.cfg.Root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fn(root)
+}
+
+func fileInfo(root *fsguard.Root, rel string, fi fs.FileInfo) protocol.FileInfo {
+	out := protocol.FileInfo{Path: rel, Name: fi.Name(), Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), MTime: fi.ModTime().UTC()}
+	if rel == "." {
+		out.Name = "."
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		out.Type = protocol.FileRegular
+	case fi.IsDir():
+		out.Type = protocol.FileDir
+	case fi.Mode()&fs.ModeSymlink != 0:
+		out.Type = protocol.FileSymlink
+		if target, err := root.Readlink(rel); err == nil {
+			out.LinkTarget = target
+		}
+	default:
+		out.Type = protocol.FileOther
+	}
+	return out
+}
+
+func (r *Runner) fsStat(h protocol.Header) (protocol.FileInfo, error) {
+	var args protocol.FsPathArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FileInfo{}, err
+	}
+	var out protocol.FileInfo
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		fi, err := root.Lstat(clean)
+		if err != nil {
+			return err
+		}
+		out = fileInfo(root, clean, fi)
+		return nil
+	})
+	return out, err
+}
+
+func (r *Runner) fsList(h protocol.Header) (protocol.FsListResult, error) {
+	var args protocol.FsListArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FsListResult{}, err
+	}
+	if args.Limit <= 0 || args.Limit > protocol.MaxListPage {
+		args.Limit = protocol.MaxListPage
+	}
+	out := protocol.FsListResult{Entries: []protocol.FileInfo{}}
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		dir, err := root.OpenDir(clean)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		entries, err := dir.ReadDir(".")
+		if err != nil {
+			return err
+		}
+		// Entries come sorted by name; the cursor is the last name of the previous page.
+		start := sort.Search(len(entries), func(i int) bool { return entries[i].Name() > args.Cursor })
+		for _, e := range entries[start:] {
+			if len(out.Entries) == args.Limit {
+				out.Next = out.Entries[len(out.Entries)-1].Name
+				break
+			}
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			info := fileInfo(dir, e.Name(), fi)
+			info.Path = path.Join(clean, e.Name())
+			out.Entries = append(out.Entries, info)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (r *Runner) fsMkdir(h protocol.Header) (protocol.FileInfo, error) {
+	var args protocol.FsPathArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FileInfo{}, err
+	}
+	mode := fs.FileMode(args.Mode).Perm()
+	if mode == 0 {
+		mode = 0o755
+	}
+	var out protocol.FileInfo
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		if args.Parents {
+			err = root.MkdirAll(clean, mode)
+		} else {
+			err = root.Mkdir(clean, mode)
+		}
+		if err != nil {
+			return err
+		}
+		fi, err := root.Lstat(clean)
+		if err != nil {
+			return err
+		}
+		out = fileInfo(root, clean, fi)
+		return nil
+	})
+	return out, err
+}
+
+func (r *Runner) fsRemove(h protocol.Header) (struct{}, error) {
+	var args protocol.FsPathArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return struct{}{}, err
+	}
+	return struct{}{}, r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		if clean == "." {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "the workspace root cannot be removed")
+		}
+		if args.Recursive {
+			// RemoveAll succeeds on a missing path; a remove of nothing is an error here.
+			if _, err := root.Lstat(clean); err != nil {
+				return err
+			}
+			return root.RemoveAll(clean)
+		}
+		err = root.Remove(clean)
+		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			return protocol.Errorf(protocol.CodeConflict, "%s is a directory that is not empty; remove it recursively", clean)
+		}
+		return err
+	})
+}
+
+func (r *Runner) fsRename(h protocol.Header) (protocol.FileInfo, error) {
+	var args protocol.FsRenameArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FileInfo{}, err
+	}
+	var out protocol.FileInfo
+	err := r.withRoot(func(root *fsguard.Root) error {
+		from, err := fsguard.Clean(args.From)
+		if err != nil {
+			return err
+		}
+		to, err := fsguard.Clean(args.To)
+		if err != nil {
+			return err
+		}
+		if from == "." || to == "." {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "the workspace root cannot be renamed")
+		}
+		if err := root.Rename(from, to, fsguard.RenameOptions{Replace: args.Replace}); err != nil {
+			return err
+		}
+		fi, err := root.Lstat(to)
+		if err != nil {
+			return err
+		}
+		out = fileInfo(root, to, fi)
+		return nil
+	})
+	return out, err
+}
+
+func (r *Runner) fsChmod(h protocol.Header) (protocol.FileInfo, error) {
+	var args protocol.FsPathArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FileInfo{}, err
+	}
+	if args.Mode&^0o777 != 0 {
+		return protocol.FileInfo{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
+	}
+	var out protocol.FileInfo
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		if err := root.Chmod(clean, fs.FileMode(args.Mode)); err != nil {
+			return err
+		}
+		fi, err := root.Lstat(clean)
+		if err != nil {
+			return err
+		}
+		out = fileInfo(root, clean, fi)
+		return nil
+	})
+	return out, err
+}
+
+// fsWrite streams the body into a temp file beside the target and publishes it only when the
+// body arrived whole (its terminator's count and SHA-256 match) and, when given, matches the
+// sender's SHA-256 and the expected current content.
+func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.FsWriteResult, error) {
+	var args protocol.FsWriteArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.FsWriteResult{}, err
+	}
+	mode := fs.FileMode(args.Mode)
+	if mode == 0 {
+		mode = defaultFileMode
+	}
+	if mode&^0o777 != 0 {
+		return protocol.FsWriteResult{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
+	}
+	var out protocol.FsWriteResult
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		opts := fsguard.WriteOptions{Replace: args.Replace, IfSHA256: strings.ToLower(args.IfSHA256), MaxBytes: args.MaxBytes,
+			Verify: func(res fsguard.WriteResult) error {
+				if args.SHA256 != "" && !strings.EqualFold(args.SHA256, res.SHA256) {
+					return protocol.Errorf(protocol.CodeFailed, "content hashes to %s, the sender said %s", res.SHA256, args.SHA256)
+				}
+				return nil
+			}}
+		res, err := root.WriteFile(ctx, clean, protocol.NewBodyReader(st), mode, opts)
+		if err != nil {
+			return err
+		}
+		out = protocol.FsWriteResult{Path: clean, Bytes: res.Bytes, SHA256: res.SHA256}
+		return nil
+	})
+	return out, err
+}
+
+// fsRead answers with a reply (what will be sent), the body, then a trailer. A file that changes
+// while it is read fails the trailer, so the receiver never takes a torn read for a good one.
+func (r *Runner) fsRead(st *yamux.Stream, h protocol.Header) {
+	var args protocol.FsReadArgs
+	if err := decodeArgs(h, &args); err != nil {
+		writeTrailer(st, nil, err)
+		return
+	}
+	err := r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(args.Path)
+		if err != nil {
+			return err
+		}
+		f, err := root.Open(clean)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		before, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if !before.Mode().IsRegular() {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "%s is not a regular file", clean)
+		}
+		off, n, err := readRange(args, before.Size())
+		if err != nil {
+			return err
+		}
+		reply := protocol.FsReadReply{Info: fileInfo(root, clean, before), Offset: off, Length: n}
+		writeTrailer(st, reply, nil)
+		// From here on the reply is sent: failures go in the final trailer.
+		stopWatch := abandonWatch(st)
+		defer stopWatch()
+		bw := protocol.NewBodyWriter(st)
+		_ = st.SetWriteDeadline(time.Time{})
+		if _, err := io.Copy(bw, io.NewSectionReader(f, off, n)); err != nil {
+			writeTrailer(st, nil, fmt.Errorf("read %s: %w", clean, err))
+			return nil
+		}
+		if _, err := bw.Finish(); err != nil {
+			return nil
+		}
+		if err := unchanged(f, before); err != nil {
+			writeTrailer(st, nil, protocol.Errorf(protocol.CodeChangedDuringCapture, "%s changed while it was read", clean))
+			return nil
+		}
+		writeTrailer(st, nil, nil)
+		return nil
+	})
+	if err != nil {
+		writeTrailer(st, nil, err)
+	}
+}
+
+// readRange turns a request into an offset and length within a file of size bytes.
+func readRange(a protocol.FsReadArgs, size int64) (int64, int64, error) {
+	if a.Suffix > 0 {
+		n := min(a.Suffix, size)
+		return size - n, n, nil
+	}
+	if a.Offset < 0 || (a.Offset > 0 && a.Offset >= size) {
+		return 0, 0, protocol.Errorf(protocol.CodeInvalidRange, "offset %d is outside a file of %d bytes", a.Offset, size)
+	}
+	n := size - a.Offset
+	if a.Length >= 0 && a.Length < n {
+		n = a.Length
+	}
+	return a.Offset, n, nil
+}
+
+// unchanged compares an open file's identity, size and times with an earlier stat.
+func unchanged(f interface{ Stat() (fs.FileInfo, error) }, before fs.FileInfo) error {
+	after, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	b, ok1 := before.Sys().(*unix.Stat_t)
+	a, ok2 := after.Sys().(*unix.Stat_t)
+	if !ok1 || !ok2 {
+		if after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) {
+			return errors.New("changed")
+		}
+		return nil
+	}
+	if a.Ino != b.Ino || a.Size != b.Size || a.Mtim != b.Mtim || a.Ctim != b.Ctim {
+		return errors.New("changed")
+	}
+	return nil
+}
+
+// abandonWatch closes st when the controller closes its side while the runner is still sending:
+// the controller only does that when its client went away, and closing unblocks a write that
+// would otherwise wait forever for window the controller will never grant.
+func abandonWatch(st *yamux.Stream) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, st)
+		select {
+		case <-done:
+		default:
+			st.Close()
+		}
+	}()
+	return func() { close(done) }
+}
