@@ -19,7 +19,9 @@ import (
 // remove through it thousands of times. Whatever the interleaving, nothing
 // may land outside the root and nothing outside may be read or removed.
 func TestSwapRace(t *testing.T) {
-	iters := 3000
+	// CVE-2018-15664 (docker cp) was a race of exactly this shape; ten thousand attempts per
+	// resolver give it every chance to show.
+	iters := 10000
 	if testing.Short() {
 		iters = 300
 	}
