@@ -56,7 +56,7 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.idleRSS(ctx); err != nil {
 		return err
 	}
-	for _, step := range []func(context.Context) error{b.starts, b.execs, b.throughputs, b.peakRSS} {
+	for _, step := range []func(context.Context) error{b.starts, b.execs, b.throughputs, b.peakRSS, b.files} {
 		if err := step(ctx); err != nil {
 			return err
 		}

@@ -22,26 +22,30 @@ type config struct {
 	starts   int   // workspace / container starts
 	rounds   int   // throughput rounds
 	size     int64 // throughput bytes
+	fileSize int64 // file get/put bytes
+	b64Size  int64 // base64-over-exec file bytes
 	asJSON   bool
 	noDocker bool
 }
 
 func main() {
 	var cfg config
-	var mib int64
+	var mib, fileMiB, b64MiB int64
 	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
 	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
 	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "throughput rounds (the median is reported)")
 	flag.Int64Var(&mib, "mib", 50, "MiB of exec output per throughput round")
+	flag.Int64Var(&fileMiB, "file-mib", 1024, "MiB of the file got and put through the Go client")
+	flag.Int64Var(&b64MiB, "b64-mib", 64, "MiB of the file got and put as base64 over exec in 192 KiB chunks")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
-	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds and -mib must be at least 1")
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib and -b64-mib must be at least 1")
 		os.Exit(2)
 	}
-	cfg.size = mib << 20
+	cfg.size, cfg.fileSize, cfg.b64Size = mib<<20, fileMiB<<20, b64MiB<<20
 	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
 	if cfg.binDir == "" {
 		cfg.binDir = "bin"

@@ -210,8 +210,13 @@ func (t *tetherEnv) runnerPID(ws api.Workspace) (int, error) {
 
 // exec runs argv in the workspace through the Go client and requires exit status 0.
 func (t *tetherEnv) exec(ctx context.Context, id string, stdout io.Writer, argv ...string) error {
+	return t.execIO(ctx, id, nil, stdout, argv...)
+}
+
+// execIO is exec with stdin (nil: none).
+func (t *tetherEnv) execIO(ctx context.Context, id string, stdin io.Reader, stdout io.Writer, argv ...string) error {
 	var stderr bytes.Buffer
-	exit, err := t.cl.Exec(ctx, id, protocol.ExecArgs{Argv: argv}, nil, stdout, &stderr)
+	exit, err := t.cl.Exec(ctx, id, protocol.ExecArgs{Argv: argv}, stdin, stdout, &stderr)
 	if err != nil {
 		return err
 	}
