@@ -13,6 +13,11 @@ import (
 // leaves no terminator, so the receiver can never mistake a cut stream for a complete one.
 const maxBodyChunk = 1 << 20
 
+// abortChunk, in place of a chunk length, says the sender gave up; a JSON Error follows. It lets
+// a sender that fails half-way (a file changed under a capture) say why, instead of merely
+// cutting the stream.
+const abortChunk = 0xFFFFFFFF
+
 // BodySum closes a body.
 type BodySum struct {
 	Bytes  int64  `json:"bytes"`
@@ -79,6 +84,15 @@ func (b *BodyWriter) Finish() (BodySum, error) {
 	return s, WriteJSON(b.w, s)
 }
 
+// Abort ends the body as failed with err; the reader returns err instead of io.EOF.
+func (b *BodyWriter) Abort(err error) error {
+	binary.BigEndian.PutUint32(b.hdr[:], abortChunk)
+	if _, werr := b.w.Write(b.hdr[:]); werr != nil {
+		return werr
+	}
+	return WriteJSON(b.w, AsError(err))
+}
+
 // BodyReader reads a framed body; it returns io.EOF only after the terminator arrived and matched
 // the bytes actually read.
 type BodyReader struct {
@@ -102,6 +116,13 @@ func (b *BodyReader) Read(p []byte) (int, error) {
 			return 0, Errorf(CodeFailed, "body cut off after %d bytes", b.n)
 		}
 		size := binary.BigEndian.Uint32(b.hdr[:])
+		if size == abortChunk {
+			var e Error
+			if err := ReadJSON(b.r, &e); err != nil || e.Code == "" {
+				return 0, Errorf(CodeFailed, "sender aborted the body after %d bytes", b.n)
+			}
+			return 0, &e
+		}
 		if size > maxBodyChunk {
 			return 0, Errorf(CodeInvalidArgument, "body chunk of %d bytes exceeds %d", size, maxBodyChunk)
 		}
@@ -118,7 +139,7 @@ func (b *BodyReader) Read(p []byte) (int, error) {
 	b.n += int64(n)
 	b.left -= n
 	if err == io.EOF {
-		if false {
+		if b.left > 0 {
 			return n, Errorf(CodeFailed, "body cut off after %d bytes", b.n)
 		}
 		err = nil
