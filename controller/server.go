@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"filippo.io/age"
+	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
@@ -32,8 +34,19 @@ type Config struct {
 	DefaultProvider string
 	// MaxFileSize bounds one file write; 0 means no limit.
 	MaxFileSize int64
-	Logger      *slog.Logger
-	Version     string
+	// BlobsURL picks the snapshot store: "" (a directory in the data dir), file:///DIR or
+	// s3://BUCKET/PREFIX?endpoint=HOST:PORT.
+	BlobsURL string
+	// SnapshotKeyFile holds the age identity snapshots are encrypted to (default DATA/snapshot.key,
+	// generated on first start).
+	SnapshotKeyFile string
+	// EncryptSnapshots is "auto" (on for S3, off for a local directory), "true" or "false".
+	EncryptSnapshots string
+	// SweepGrace is how old an object without a receipt must be before the startup sweep
+	// removes it (another controller may be about to write its receipt).
+	SweepGrace time.Duration
+	Logger     *slog.Logger
+	Version    string
 }
 
 // Server is a running controller.
@@ -45,6 +58,9 @@ type Server struct {
 	providers     *providerSet
 	operatorToken string
 	advertise     string
+	blobs         blob.Store
+	identity      *age.X25519Identity
+	encrypt       bool
 
 	bg     sync.WaitGroup // provisioning that outlives the request that started it
 	ctx    context.Context
@@ -76,11 +92,27 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	blobs, err := blob.Open(ctx, cfg.BlobsURL, filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	identity, err := loadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("snapshot key: %w", err)
+	}
+	encrypt, err := encryptionFor(cfg.EncryptSnapshots, cfg.BlobsURL)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
 		providers: newProviderSet(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.Logger),
-		ctx:       sctx, cancel: cancel,
+		blobs:     blobs, identity: identity, encrypt: encrypt,
+		ctx: sctx, cancel: cancel,
 	}
 	return s, nil
 }
@@ -104,6 +136,12 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("PUT /v1/workspaces/{id}/tree", s.handleTreeImport)
 	op.HandleFunc("GET /v1/workspaces/{id}/exec", s.handleExec)
 	op.HandleFunc("GET /v1/workspaces/{id}/runs", s.handleListRuns)
+	op.HandleFunc("POST /v1/workspaces/{id}/snapshots", s.handleSnapshotCreate)
+	op.HandleFunc("GET /v1/workspaces/{id}/snapshots", s.handleSnapshotList)
+	op.HandleFunc("GET /v1/snapshots/{id}", s.handleSnapshotShow)
+	op.HandleFunc("POST /v1/snapshots/{id}/restore", s.handleSnapshotRestore)
+	op.HandleFunc("GET /v1/snapshots/{id}/archive", s.handleSnapshotArchive)
+	op.HandleFunc("POST /v1/snapshots/{id}/verify", s.handleSnapshotVerify)
 	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
 	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
 	const files = "/v1/workspaces/{id}/files/{path...}"
@@ -125,6 +163,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	if err := s.markDisconnected(ctx); err != nil {
 		return err
+	}
+	if err := s.sweepBlobs(ctx); err != nil {
+		s.log.Warn("blob sweep", "err", err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}

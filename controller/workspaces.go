@@ -144,35 +144,46 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteWorkspace(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	ws, err := s.deleteWorkspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+// DeleteWorkspace revokes the runner's session, destroys the sandbox and marks the workspace
+// deleted.
+func (s *Server) DeleteWorkspace(ctx context.Context, idOrName string) error {
+	_, err := s.deleteWorkspace(ctx, idOrName)
+	return err
+}
+
+func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Workspace, error) {
+	ws, err := s.workspace(ctx, idOrName)
 	if err == nil && ws.State == api.StateDeleted {
-		err = protocol.Errorf(protocol.CodeNotFound, "workspace %q was deleted", r.PathValue("id"))
+		err = protocol.Errorf(protocol.CodeNotFound, "workspace %q was deleted", idOrName)
 	}
 	if err != nil {
-		writeError(w, err)
-		return
+		return ws, err
 	}
-	prov, err := s.providerFor(r.Context(), ws.Provider)
+	prov, err := s.providerFor(ctx, ws.Provider)
 	if err != nil {
-		writeError(w, err)
-		return
+		return ws, err
 	}
 	// Revoke the runner's session before destroying, so it cannot reconnect in between.
-	if err := s.store.UpdateAllocation(r.Context(), ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
-		writeError(w, err)
-		return
+	if err := s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
+		return ws, err
 	}
 	s.hub.Disconnect(ws.AllocationID)
-	if err := prov.Destroy(r.Context(), ws.AllocationID); err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err))
-		return
+	if err := prov.Destroy(ctx, ws.AllocationID); err != nil {
+		return ws, protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err)
 	}
-	if err := s.store.UpdateWorkspace(r.Context(), ws.ID, api.StateDeleted, ""); err != nil {
-		writeError(w, err)
-		return
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, ""); err != nil {
+		return ws, err
 	}
 	ws.State, ws.Connected = api.StateDeleted, false
-	writeJSON(w, http.StatusOK, ws)
+	return ws, nil
 }
 
 // liveConn finds the connected runner of a ready workspace.

@@ -35,6 +35,8 @@ const (
 	CodeInvalidPath          Code = "invalid_path"
 	CodeTooLarge             Code = "too_large"
 	CodeInvalidRange         Code = "invalid_range"
+	CodeGitBusy              Code = "git_busy"
+	CodeCorrupt              Code = "corrupt"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -63,6 +65,8 @@ var exitCodes = map[Code]int{
 	CodeInvalidPath:          21,
 	CodeTooLarge:             22,
 	CodeInvalidRange:         23,
+	CodeGitBusy:              24,
+	CodeCorrupt:              25,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -13,7 +13,7 @@ const (
 
 // Capabilities this build of the runner advertises.
 var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
-	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod}
+	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

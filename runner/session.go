@@ -86,6 +86,11 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 		writeTrailer(st, res, err)
 	case protocol.OpFsRead:
 		r.fsRead(st, h)
+	case protocol.OpSnapshotCapture:
+		r.snapshotCapture(ctx, st, h)
+	case protocol.OpSnapshotRestore:
+		res, err := r.snapshotRestore(ctx, st, h)
+		writeTrailer(st, res, err)
 	case protocol.OpFsStat:
 		res, err := r.fsStat(h)
 		writeTrailer(st, res, err)

@@ -43,7 +43,7 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	step := func(format string, args ...any) { c.printf("\n==> "+format+"\n", args...) }
 
 	step("starting a controller on a temporary data dir (%s)", tmp)
-	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: "local"}.config(filepath.Join(tmp, "data"))
+	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: "local", sweepGrace: time.Hour}.config(filepath.Join(tmp, "data"))
 	if err != nil {
 		return err
 	}

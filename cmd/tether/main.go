@@ -83,6 +83,8 @@ func newRootCmd(c *cli) *cobra.Command {
 		newWorkspaceCmd(c),
 		newExecCmd(c),
 		newRunCmd(c),
+		newSnapshotCmd(c),
+		newFilesCmd(c),
 		newDemoCmd(c),
 	)
 	return root

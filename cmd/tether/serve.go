@@ -14,7 +14,9 @@ import (
 
 type serveFlags struct {
 	listen, advertise, pluginDir, runnerBin, provider string
-	readyTimeout                                      time.Duration
+	blobs, snapshotKey, encrypt                       string
+	readyTimeout, sweepGrace                          time.Duration
+	maxFileSize                                       int64
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -48,6 +50,11 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.runnerBin, "runner-bin", "", "tether-runner binary handed to providers (default: next to tether)")
 	cmd.Flags().StringVar(&f.provider, "default-provider", "local", "provider used when a workspace names none")
 	cmd.Flags().DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "how long a new sandbox's runner may take to connect")
+	cmd.Flags().StringVar(&f.blobs, "blobs", "", "snapshot store: file:///DIR or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default DATA/blobs)")
+	cmd.Flags().StringVar(&f.snapshotKey, "snapshot-key", "", "age identity snapshots are encrypted to (default DATA/snapshot.key, generated)")
+	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
+	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
+	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
 	return cmd
 }
 
@@ -68,6 +75,8 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		DataDir: abs, AdvertiseURL: f.advertise, PluginDir: firstNonEmpty(f.pluginDir, binDir),
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
+		BlobsURL: f.blobs, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
+		MaxFileSize: f.maxFileSize,
 	}
 	if cfg.RunnerBinary, err = filepath.Abs(cfg.RunnerBinary); err != nil {
 		return cfg, err

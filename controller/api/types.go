@@ -2,6 +2,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/tetherhq/tether/protocol"
@@ -65,3 +66,40 @@ type ErrorBody struct {
 
 // TreeImportResult answers PUT /v1/workspaces/{id}/tree.
 type TreeImportResult = protocol.TreeImportResult
+
+// Snapshot is a receipt: the controller's record that an archive is stored complete and
+// verified. No receipt, no snapshot.
+type Snapshot struct {
+	ID          string                   `json:"id"`
+	WorkspaceID string                   `json:"workspace_id"`
+	Epoch       uint64                   `json:"epoch"`
+	Parent      string                   `json:"parent,omitempty"`
+	ObjectKey   string                   `json:"object_key"`
+	Bytes       int64                    `json:"bytes"`  // stored object size
+	SHA256      string                   `json:"sha256"` // of the stored object
+	Encrypted   bool                     `json:"encrypted"`
+	Entries     int                      `json:"entries"`
+	Git         json.RawMessage          `json:"git,omitempty"`
+	Summary     protocol.SnapshotSummary `json:"manifest"`
+	CreatedAt   time.Time                `json:"created_at"`
+}
+
+// RestoreRequest is the body of POST /v1/snapshots/{id}/restore.
+type RestoreRequest struct {
+	Name     string `json:"name,omitempty"`
+	Provider string `json:"provider,omitempty"`
+}
+
+// RestoreResult answers a restore: the new workspace and the snapshot it holds.
+type RestoreResult struct {
+	Workspace Workspace `json:"workspace"`
+	Snapshot  Snapshot  `json:"snapshot"`
+}
+
+// VerifyResult answers POST /v1/snapshots/{id}/verify.
+type VerifyResult struct {
+	ID     string `json:"id"`
+	OK     bool   `json:"ok"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/tetherhq/tether/protocol"
 )
@@ -20,9 +21,16 @@ const (
 )
 
 // filesPath escapes the whole workspace path as one segment, so no HTTP layer cleans or
-// redirects it before the runner's guard judges it.
+// redirects it before the runner's guard judges it. PathEscape leaves dots alone, and a
+// segment that is exactly "." or ".." is a dot segment the server's router cleans away: ".."
+// would redirect .../files/.. to the workspace itself, and a client following that redirect
+// would run the request there (DELETE removing the workspace). Encoded, it reaches the guard.
 func filesPath(id, p string) string {
-	return "/v1/workspaces/" + url.PathEscape(id) + "/files/" + url.PathEscape(p)
+	seg := url.PathEscape(p)
+	if seg == "." || seg == ".." {
+		seg = strings.ReplaceAll(seg, ".", "%2E")
+	}
+	return "/v1/workspaces/" + url.PathEscape(id) + "/files/" + seg
 }
 
 // ListFiles returns one page of a directory listing.

@@ -56,5 +56,13 @@ type Store interface {
 	// RunningRuns lists the runs of an allocation still recorded as running.
 	RunningRuns(ctx context.Context, allocationID string) ([]api.Run, error)
 
+	// CreateSnapshot writes a receipt. Only call it once the object is stored and verified.
+	CreateSnapshot(ctx context.Context, s api.Snapshot) error
+	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
+	// ListSnapshots lists a workspace's receipts, oldest first.
+	ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error)
+	// SnapshotObjectKeys returns the object key of every receipt (the garbage sweep keeps these).
+	SnapshotObjectKeys(ctx context.Context) (map[string]bool, error)
+
 	Close() error
 }

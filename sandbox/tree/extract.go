@@ -6,8 +6,6 @@ package tree
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,16 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/staging"
+	"github.com/tetherhq/tether/sandbox/internal/tarstream"
 )
 
 // zstdMagic opens every zstd frame.
-var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
-
-// maxZstdWindow bounds the decoder's memory for hostile input; it matches
-// the zstd command line's default decompression limit.
-const maxZstdWindow = 128 << 20
+var zstdMagic = tarstream.ZstdMagic
 
 // ExtractOptions controls Extract.
 type ExtractOptions struct {
@@ -72,62 +67,20 @@ func Extract(ctx context.Context, root *fsguard.Root, r io.Reader, opts ExtractO
 	if err != nil {
 		return Stats{}, fmt.Errorf("extract into %s: %w", clean, err)
 	}
-	defer st.close()
+	defer st.Close()
 
 	stats, err := st.fill(ctx, r, opts.MaxBytes)
 	if err != nil {
 		return Stats{}, err
 	}
-	if err := st.publish(ctx); err != nil {
+	if err := st.Publish(ctx); err != nil {
 		return Stats{}, fmt.Errorf("extract into %s: %w", clean, err)
 	}
 	return stats, nil
 }
 
-// decompressed sniffs the zstd magic and wraps the stream accordingly. The
-// returned finish function drains what follows the tar end marker, so a
-// truncated or corrupt zstd frame fails the import instead of passing
-// unnoticed after the last entry.
-func decompressed(r io.Reader) (io.Reader, func() error, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	head, err := br.Peek(len(zstdMagic))
-	if err != nil && err != io.EOF {
-		return nil, nil, fmt.Errorf("read archive: %w", err)
-	}
-	if !bytes.Equal(head, zstdMagic) {
-		// The stream may carry more than the tar (record padding, a wire body's terminator that
-		// verifies every byte): read it to its end before anything is published.
-		return br, func() error {
-			if _, err := io.Copy(io.Discard, br); err != nil {
-				return fmt.Errorf("read archive: %w", err)
-			}
-			return nil
-		}, nil
-	}
-	dec, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
-	if err != nil {
-		return nil, nil, fmt.Errorf("zstd: %w", err)
-	}
-	finish := func() error {
-		defer dec.Close()
-		if _, err := io.Copy(io.Discard, dec); err != nil {
-			return fmt.Errorf("zstd: %w", err)
-		}
-		return nil
-	}
-	return dec, finish, nil
-}
-
 // typeRegOld is the pre-POSIX type flag for a regular file ('\x00'); old archivers still write it.
 const typeRegOld = '\x00'
-
-// dirMeta is applied after a directory's contents exist, because creating
-// entries updates the directory's mtime and a read-only mode would stop
-// them being created at all.
-type dirMeta struct {
-	mode  fs.FileMode
-	mtime time.Time
-}
 
 // entryMode keeps the permission bits only: setuid, setgid and sticky bits
 // from an untrusted archive are dropped, as tar does for non-root users.
@@ -138,7 +91,7 @@ func invalid(name, msg string) error {
 }
 
 // extractEntry materializes one header into the stage.
-func (s *stage) extractEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, stats *Stats, maxBytes int64) error {
+func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, stats *Stats, maxBytes int64) error {
 	// Tar writes directories with one trailing slash; that is not an empty component.
 	name, err := fsguard.Clean(strings.TrimSuffix(h.Name, "/"))
 	if err != nil {
@@ -158,34 +111,33 @@ func (s *stage) extractEntry(ctx context.Context, tr *tar.Reader, h *tar.Header,
 	parent, _ := path.Split(name)
 	if parent != "" {
 		// Streams from other tools may omit parent entries, as tar allows.
-		if err := s.dir.MkdirAll(path.Clean(parent), 0o755); err != nil {
+		if err := s.Dir.MkdirAll(path.Clean(parent), 0o755); err != nil {
 			return err
 		}
 	}
 	switch h.Typeflag {
 	case tar.TypeDir:
-		if err := s.dir.MkdirAll(name, 0o700); err != nil {
+		if err := s.Dir.MkdirAll(name, 0o700); err != nil {
 			return err
 		}
-		if _, seen := s.dirs[name]; !seen {
+		if s.SetDirMeta(name, staging.DirMeta{Mode: entryMode(h), MTime: h.ModTime}) {
 			stats.Dirs++
 		}
-		s.dirs[name] = dirMeta{mode: entryMode(h), mtime: h.ModTime}
 	case tar.TypeReg, typeRegOld:
 		if maxBytes > 0 && stats.Bytes+h.Size > maxBytes {
 			return invalid(name, fmt.Sprintf("archive holds more than %d bytes of files", maxBytes))
 		}
-		res, err := s.dir.WriteFile(ctx, name, tr, entryMode(h), fsguard.WriteOptions{MTime: h.ModTime, NoSync: true})
+		res, err := s.Dir.WriteFile(ctx, name, tr, entryMode(h), fsguard.WriteOptions{MTime: h.ModTime, NoSync: true})
 		if err != nil {
 			return err
 		}
 		stats.Files++
 		stats.Bytes += res.Bytes
 	case tar.TypeSymlink:
-		if err := s.dir.Symlink(h.Linkname, name); err != nil {
+		if err := s.Dir.Symlink(h.Linkname, name); err != nil {
 			return err
 		}
-		if err := s.dir.Chtimes(name, time.Time{}, h.ModTime); err != nil {
+		if err := s.Dir.Chtimes(name, time.Time{}, h.ModTime); err != nil {
 			return err
 		}
 		stats.Symlinks++

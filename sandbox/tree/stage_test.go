@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/staging"
 )
 
 // TestPublishRollsBack drives a publish that fails after some top-level
@@ -22,10 +23,10 @@ func TestPublishRollsBack(t *testing.T) {
 		must(t, err)
 		// Metadata for a directory that is not there makes the step after
 		// the moves fail.
-		st.dirs["ghost"] = dirMeta{mode: 0o755}
-		err = st.publish(context.Background())
+		st.SetDirMeta("ghost", staging.DirMeta{Mode: 0o755})
+		err = st.Publish(context.Background())
 		wantCode(t, err, fsguard.CodeNotFound)
-		st.close()
+		st.Close()
 		if d := diff(before, snapshot(t, e.dir, true)); d != "" {
 			t.Fatalf("target changed:\n%s", d)
 		}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProgressDrawsOnlyLargeTransfersAndThrottles(t *testing.T) {
+	var out bytes.Buffer
+	clock := time.Unix(0, 0)
+	p := newProgressTo(&out, "put big", func() time.Time { return clock })
+	p.setTotal(8 << 20)
+	for i := 0; i < 8; i++ {
+		clock = clock.Add(10 * time.Millisecond) // 8 chunks within 100 ms: one draw
+		p.add(1 << 20)
+	}
+	if got := strings.Count(out.String(), "\r\x1b[K"); got != 1 {
+		t.Fatalf("want one draw within the throttle window, got %d: %q", got, out.String())
+	}
+	if !strings.Contains(out.String(), "put big  1.0/8.0 MiB   12%  100.0 MiB/s") {
+		t.Fatalf("unexpected bar %q", out.String())
+	}
+	clock = clock.Add(progressEvery)
+	p.add(0)
+	if !strings.Contains(out.String(), "8.0/8.0 MiB  100%") {
+		t.Fatalf("bar after the window: %q", out.String())
+	}
+	p.finish()
+	if !strings.HasSuffix(out.String(), "\r\x1b[K") {
+		t.Fatalf("finish must clear the line: %q", out.String())
+	}
+
+	// Small transfers draw nothing at all; a nil bar (stderr not a terminal) is a no-op.
+	out.Reset()
+	small := newProgressTo(&out, "get small", func() time.Time { return clock })
+	small.read(1<<20, 1<<20)
+	small.finish()
+	var none *progress
+	none.add(1)
+	none.read(1, 1)
+	none.setTotal(1)
+	none.finish()
+	if out.Len() != 0 {
+		t.Fatalf("small transfer drew %q", out.String())
+	}
+}
+
+func TestDisplayQuotesControlCharacters(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain.txt":        "plain.txt",
+		"with space":       "with space",
+		"naïve":            "naïve",
+		"a\nb":             `"a\nb"`,
+		"\x1b[2Jclear":     `"\x1b[2Jclear"`,
+		"bad\xffutf8":      `"bad\xffutf8"`,
+		"tab\there":        `"tab\there"`,
+		"zero\u200bwidth!": `"zero\u200bwidth!"`,
+	} {
+		if got := display(in); got != want {
+			t.Errorf("display(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"time"
+
+	"filippo.io/age"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/snapshot"
+)
+
+func snapshotKey(workspaceID, snapshotID string, encrypted bool) string {
+	key := fmt.Sprintf("snapshots/%s/%s.tar.zst", workspaceID, snapshotID)
+	if encrypted {
+		key += ".age"
+	}
+	return key
+}
+
+func (s *Server) handleSnapshotCreate(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.CaptureSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snap)
+}
+
+// CaptureSnapshot streams the workspace from its runner straight into the blob store and writes
+// the receipt only once the object is stored whole: the body's byte count and SHA-256 matched
+// what the runner sent, the store confirmed the size, and the runner reported success.
+func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snapshot, error) {
+	ws, err := s.liveConn(ctx, idOrName)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	c, err := s.runnerFor(ctx, ws.ID)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	prev, err := s.store.ListSnapshots(ctx, ws.ID)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: ws.ID, Encrypted: s.encrypt}
+	if len(prev) > 0 {
+		snap.Parent = prev[len(prev)-1].ID
+	}
+	snap.ObjectKey = snapshotKey(ws.ID, snap.ID, snap.Encrypted)
+	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent}
+	if snap.Encrypted {
+		args.Recipient = s.identity.Recipient().String()
+	}
+	st, err := c.Open(protocol.OpSnapshotCapture, snap.ID, args)
+	if err != nil {
+		return snap, err
+	}
+	defer st.Close()
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	reply, err := readTrailer(st)
+	if err != nil {
+		return snap, err
+	}
+	if err := reply.Err(); err != nil {
+		return snap, err
+	}
+	info, err := s.blobs.Put(ctx, snap.ObjectKey, protocol.NewBodyReader(st), "")
+	if err != nil {
+		return snap, fmt.Errorf("store snapshot: %w", err)
+	}
+	// From here the object exists; every failure removes it again before answering.
+	discard := func(err error) (api.Snapshot, error) {
+		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
+			s.log.Error("remove unreceipted snapshot object", "key", snap.ObjectKey, "err", derr)
+		}
+		return api.Snapshot{}, err
+	}
+	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
+	final, err := readTrailer(st)
+	if err != nil {
+		return discard(err)
+	}
+	if err := decodeResult(final, &snap.Summary); err != nil {
+		return discard(err)
+	}
+	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
+	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
+	snap.CreatedAt = time.Now().UTC()
+	if err := s.store.CreateSnapshot(context.WithoutCancel(ctx), snap); err != nil {
+		return discard(err)
+	}
+	return snap, nil
+}
+
+func (s *Server) handleSnapshotList(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	list, err := s.store.ListSnapshots(r.Context(), ws.ID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleSnapshotShow(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+// openArchive streams a snapshot's plain (decrypted) archive. The stored object's size and
+// SHA-256 are checked against the receipt as it flows; a mismatch surfaces as a read error at
+// the end, before the reader ever reports EOF, so nobody downstream publishes a bad archive.
+func (s *Server) openArchive(ctx context.Context, snap api.Snapshot) (io.Reader, func(), error) {
+	rc, _, err := s.blobs.Get(ctx, snap.ObjectKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	verified := &receiptReader{r: rc, snap: snap, sum: sha256.New()}
+	if !snap.Encrypted {
+		return verified, func() { rc.Close() }, nil
+	}
+	plain, err := age.Decrypt(verified, s.identity)
+	if err != nil {
+		rc.Close()
+		return nil, nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: decrypt: %v", snap.ID, err)
+	}
+	// age stops at its final chunk; read the object to its end so the check above runs.
+	return &thenDrain{r: plain, tail: verified}, func() { rc.Close() }, nil
+}
+
+// receiptReader checks the bytes of a stored object against its receipt.
+type receiptReader struct {
+	r    io.Reader
+	snap api.Snapshot
+	n    int64
+	sum  hash.Hash
+}
+
+func (v *receiptReader) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.n += int64(n)
+	v.sum.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		if got := hex.EncodeToString(v.sum.Sum(nil)); v.n != v.snap.Bytes || got != v.snap.SHA256 {
+			return n, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: stored object is %d bytes with sha256 %s, the receipt says %d bytes with sha256 %s",
+				v.snap.ID, v.n, got, v.snap.Bytes, v.snap.SHA256)
+		}
+	}
+	return n, err
+}
+
+// thenDrain reads r, and at its end reads tail to its end too, reporting tail's error if any.
+type thenDrain struct {
+	r, tail io.Reader
+}
+
+func (t *thenDrain) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		if _, derr := io.Copy(io.Discard, t.tail); derr != nil {
+			return n, derr
+		}
+	}
+	return n, err
+}
+
+func (s *Server) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
+	var req api.RestoreRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	res, err := s.RestoreSnapshot(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}
+
+// RestoreSnapshot creates a fresh workspace and restores the snapshot into it. If anything
+// fails, the new workspace is removed: a half-restored workspace is never handed out.
+func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.RestoreRequest) (api.RestoreResult, error) {
+	snap, err := s.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return api.RestoreResult{}, err
+	}
+	ws, err := s.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider})
+	if err != nil {
+		return api.RestoreResult{}, err
+	}
+	if ws.State != api.StateReady {
+		return api.RestoreResult{}, protocol.Errorf(protocol.CodeProviderFailed, "workspace %s failed: %s", ws.ID, ws.Reason)
+	}
+	fail := func(err error) (api.RestoreResult, error) {
+		if derr := s.DeleteWorkspace(context.WithoutCancel(ctx), ws.ID); derr != nil {
+			s.log.Error("remove workspace of a failed restore", "workspace", ws.ID, "err", derr)
+		}
+		return api.RestoreResult{}, err
+	}
+	c, err := s.runnerFor(ctx, ws.ID)
+	if err != nil {
+		return fail(err)
+	}
+	archive, closeArchive, err := s.openArchive(ctx, snap)
+	if err != nil {
+		return fail(err)
+	}
+	defer closeArchive()
+	var summary protocol.SnapshotSummary
+	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
+	if err := callWithBody(ctx, c, protocol.OpSnapshotRestore, args, archive, &summary); err != nil {
+		return fail(err)
+	}
+	ws, err = s.workspace(ctx, ws.ID)
+	if err != nil {
+		return fail(err)
+	}
+	return api.RestoreResult{Workspace: ws, Snapshot: snap}, nil
+}
+
+// handleSnapshotArchive serves the plain .tar.zst (decrypted); the response is cut off, never
+// ended, if the stored object does not match its receipt.
+func (s *Server) handleSnapshotArchive(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	archive, closeArchive, err := s.openArchive(r.Context(), snap)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer closeArchive()
+	w.Header().Set("Content-Type", "application/zstd")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", snap.ID+".tar.zst"))
+	if _, err := io.Copy(w, archive); err != nil {
+		s.log.Warn("snapshot export cut off", "snapshot", snap.ID, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *Server) handleSnapshotVerify(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.verifySnapshot(r.Context(), snap)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// verifySnapshot re-reads the stored object: size and SHA-256 against the receipt, then the
+// archive itself, whose manifest must be the one recorded at capture.
+func (s *Server) verifySnapshot(ctx context.Context, snap api.Snapshot) (api.VerifyResult, error) {
+	archive, closeArchive, err := s.openArchive(ctx, snap)
+	if err != nil {
+		return api.VerifyResult{}, err
+	}
+	defer closeArchive()
+	m, err := snapshot.ReadManifest(ctx, archive)
+	if err != nil {
+		return api.VerifyResult{}, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %v", snap.ID, err)
+	}
+	// ReadManifest may stop at the manifest; the rest must still match the receipt.
+	if _, err := io.Copy(io.Discard, archive); err != nil {
+		return api.VerifyResult{}, err
+	}
+	if m.Totals.Entries != snap.Summary.Entries || m.Totals.Bytes != snap.Summary.Bytes {
+		return api.VerifyResult{}, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: manifest totals differ from the receipt", snap.ID)
+	}
+	return api.VerifyResult{ID: snap.ID, OK: true, Bytes: snap.Bytes, SHA256: snap.SHA256}, nil
+}

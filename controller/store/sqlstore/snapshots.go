@@ -1,0 +1,93 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+func init() {
+	schema = append(schema,
+		`CREATE TABLE IF NOT EXISTS snapshots (
+			id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id), epoch INTEGER NOT NULL,
+			parent TEXT NOT NULL DEFAULT '', object_key TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,
+			sha256 TEXT NOT NULL, encrypted INTEGER NOT NULL, summary TEXT NOT NULL, created_at TIMESTAMP NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS snapshots_workspace ON snapshots(workspace_id, created_at)`,
+	)
+}
+
+func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
+	summary, err := json.Marshal(snap.Summary)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey,
+		snap.Bytes, snap.SHA256, snap.Encrypted, string(summary), snap.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("insert snapshot receipt: %w", err)
+	}
+	return nil
+}
+
+const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at`
+
+func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
+	var snap api.Snapshot
+	var summary string
+	if err := row.Scan(&snap.ID, &snap.WorkspaceID, &snap.Epoch, &snap.Parent, &snap.ObjectKey, &snap.Bytes,
+		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt); err != nil {
+		return snap, err
+	}
+	if err := json.Unmarshal([]byte(summary), &snap.Summary); err != nil {
+		return snap, fmt.Errorf("snapshot %s summary: %w", snap.ID, err)
+	}
+	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
+	return snap, nil
+}
+
+func (s *DB) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	snap, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return snap, notFound("snapshot", id)
+	}
+	return snap, err
+}
+
+func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`, workspaceID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []api.Snapshot{}
+	for rows.Next() {
+		snap, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, snap)
+	}
+	return out, rows.Err()
+}
+
+func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT object_key FROM snapshots`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := map[string]bool{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys[k] = true
+	}
+	return keys, rows.Err()
+}

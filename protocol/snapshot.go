@@ -1,0 +1,50 @@
+package protocol
+
+import "encoding/json"
+
+// Snapshot operations.
+const (
+	// OpSnapshotCapture streams the workspace as a snapshot archive (tar → zstd → optional age)
+	// in the reply body; the trailer carries the manifest summary. A capture that fails aborts
+	// the body with the reason, so nothing partial can be stored as if complete.
+	OpSnapshotCapture = "snapshot_capture"
+	// OpSnapshotRestore extracts the (plain, zstd) archive in the request body into an empty
+	// workspace, verified against its manifest, and publishes it only when whole.
+	OpSnapshotRestore = "snapshot_restore"
+)
+
+// SnapshotCaptureArgs are the arguments of OpSnapshotCapture.
+type SnapshotCaptureArgs struct {
+	SnapshotID  string `json:"snapshot_id"`
+	WorkspaceID string `json:"workspace_id"`
+	Epoch       uint64 `json:"epoch,omitempty"`
+	Parent      string `json:"parent,omitempty"`
+	ZstdLevel   int    `json:"zstd_level,omitempty"`
+	// Recipient, when set, is an age X25519 public key: the archive is encrypted to it before it
+	// leaves the sandbox.
+	Recipient string `json:"recipient,omitempty"`
+}
+
+// SnapshotSummary is what the controller keeps of a manifest beside the receipt; the full
+// manifest travels inside the archive as its last entry.
+type SnapshotSummary struct {
+	Entries   int             `json:"entries"`
+	Files     int             `json:"files"`
+	Dirs      int             `json:"dirs"`
+	Symlinks  int             `json:"symlinks"`
+	Bytes     int64           `json:"bytes"` // content bytes of the tree
+	Skipped   int             `json:"skipped,omitempty"`
+	Git       json.RawMessage `json:"git,omitempty"`
+	Parent    string          `json:"parent,omitempty"`
+	Manifest  string          `json:"manifest_sha256"` // SHA-256 of the manifest JSON as archived
+	Tool      string          `json:"tool_version,omitempty"`
+	Encrypted bool            `json:"encrypted,omitempty"`
+}
+
+// SnapshotRestoreArgs are the arguments of OpSnapshotRestore.
+type SnapshotRestoreArgs struct {
+	SnapshotID string `json:"snapshot_id"`
+	Dir        string `json:"dir,omitempty"`
+	MaxEntries int    `json:"max_entries,omitempty"`
+	MaxBytes   int64  `json:"max_bytes,omitempty"`
+}

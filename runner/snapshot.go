@@ -1,0 +1,127 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+
+	"filippo.io/age"
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/snapshot"
+)
+
+// snapshotCapture streams the workspace as an archive in the body, encrypted when the
+// controller sent a recipient, and ends with the manifest summary. Nothing is staged on the
+// sandbox's disk: the archive exists only as it flows. A failure aborts the body with its
+// reason, so the controller can never store a partial archive as complete.
+func (r *Runner) snapshotCapture(ctx context.Context, st *yamux.Stream, h protocol.Header) {
+	var args protocol.SnapshotCaptureArgs
+	if err := decodeArgs(h, &args); err != nil {
+		writeTrailer(st, nil, err)
+		return
+	}
+	var recipient age.Recipient
+	if args.Recipient != "" {
+		rc, err := age.ParseX25519Recipient(args.Recipient)
+		if err != nil {
+			writeTrailer(st, nil, protocol.Errorf(protocol.CodeInvalidArgument, "snapshot recipient: %v", err))
+			return
+		}
+		recipient = rc
+	}
+	// The reply says the body follows; errors before this point need no body at all.
+	writeTrailer(st, struct{}{}, nil)
+	stopWatch := abandonWatch(st)
+	defer stopWatch()
+
+	body := protocol.NewBodyWriter(st)
+	summary, err := r.capture(ctx, body, recipient, args)
+	if err != nil {
+		_ = body.Abort(err)
+		return
+	}
+	if _, err := body.Finish(); err != nil {
+		return
+	}
+	writeTrailer(st, summary, nil)
+}
+
+func (r *Runner) capture(ctx context.Context, body io.Writer, recipient age.Recipient, args protocol.SnapshotCaptureArgs) (protocol.SnapshotSummary, error) {
+	var out protocol.SnapshotSummary
+	err := r.withRoot(func(root *fsguard.Root) error {
+		w := body
+		var enc io.WriteCloser
+		if recipient != nil {
+			var err error
+			if enc, err = age.Encrypt(body, recipient); err != nil {
+				return err
+			}
+			w = enc
+		}
+		m, err := snapshot.Capture(ctx, root, w, snapshot.CaptureOptions{
+			WorkspaceID: args.WorkspaceID, Epoch: args.Epoch, Parent: args.Parent,
+			ToolVersion: r.cfg.Version, ZstdLevel: args.ZstdLevel,
+		})
+		if err != nil {
+			return err
+		}
+		if enc != nil {
+			if err := enc.Close(); err != nil {
+				return err
+			}
+		}
+		out, err = summarize(m)
+		out.Encrypted = recipient != nil
+		return err
+	})
+	return out, err
+}
+
+// summarize keeps what the controller records beside a receipt.
+func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return protocol.SnapshotSummary{}, err
+	}
+	sum := sha256.Sum256(raw)
+	s := protocol.SnapshotSummary{
+		Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs, Symlinks: m.Totals.Symlinks,
+		Bytes: m.Totals.Bytes, Skipped: len(m.Skipped), Parent: m.Parent, Tool: m.ToolVersion,
+		Manifest: hex.EncodeToString(sum[:]),
+	}
+	if m.Git != nil {
+		if s.Git, err = json.Marshal(m.Git); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// snapshotRestore extracts the archive in the body into the workspace. snapshot.Restore reads
+// the body to its verified end before it publishes anything.
+func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.SnapshotSummary, error) {
+	var args protocol.SnapshotRestoreArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.SnapshotSummary{}, err
+	}
+	var out protocol.SnapshotSummary
+	err := r.withRoot(func(root *fsguard.Root) error {
+		dir := args.Dir
+		if dir == "" {
+			dir = "."
+		}
+		m, err := snapshot.Restore(ctx, root, protocol.NewBodyReader(st), snapshot.RestoreOptions{
+			Dir: dir, MaxEntries: args.MaxEntries, MaxBytes: args.MaxBytes,
+		})
+		if err != nil {
+			return err
+		}
+		out, err = summarize(m)
+		return err
+	})
+	return out, err
+}

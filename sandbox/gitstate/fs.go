@@ -1,0 +1,299 @@
+package gitstate
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-git/go-billy/v5"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+)
+
+// errReadOnly is what every mutating call of the filesystems below
+// returns: inspecting and capturing Git state never writes.
+var errReadOnly = errors.New("gitstate: read-only filesystem")
+
+// guardFS is a read-only billy.Filesystem over a directory of an
+// fsguard.Root, so go-git reads a workspace's worktree and .git through
+// the guard: no symlink is ever followed, not even a final one (Stat is
+// Lstat here), and nothing outside the root can be reached.
+type guardFS struct {
+	root *fsguard.Root
+	base string // workspace-relative, cleaned
+}
+
+func newGuardFS(root *fsguard.Root, base string) *guardFS {
+	return &guardFS{root: root, base: base}
+}
+
+// rel maps a billy path (relative, possibly "" or with a leading slash)
+// to a workspace-relative path below base.
+func (g *guardFS) rel(op, name string) (string, error) {
+	name = strings.Trim(filepath.ToSlash(name), "/")
+	if name == "" || name == "." {
+		return g.base, nil
+	}
+	clean, err := fsguard.Clean(name)
+	if err != nil {
+		return "", &os.PathError{Op: op, Path: name, Err: err}
+	}
+	return path.Join(g.base, clean), nil
+}
+
+// pathErr turns a guard error into an *os.PathError, because go-git tests
+// errors with os.IsNotExist, which does not look inside other types.
+func pathErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return &os.PathError{Op: op, Path: name, Err: os.ErrNotExist}
+	}
+	return &os.PathError{Op: op, Path: name, Err: err}
+}
+
+func (g *guardFS) Open(name string) (billy.File, error) {
+	rel, err := g.rel("open", name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := g.root.Open(rel)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	return &roFile{File: f, name: name}, nil
+}
+
+func (g *guardFS) OpenFile(name string, flag int, _ os.FileMode) (billy.File, error) {
+	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
+		return nil, &os.PathError{Op: "open", Path: name, Err: errReadOnly}
+	}
+	return g.Open(name)
+}
+
+func (g *guardFS) Stat(name string) (os.FileInfo, error) { return g.Lstat(name) }
+
+func (g *guardFS) Lstat(name string) (os.FileInfo, error) {
+	rel, err := g.rel("lstat", name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := g.root.Lstat(rel)
+	if err != nil {
+		return nil, pathErr("lstat", name, err)
+	}
+	return namedInfo{fi, path.Base(rel)}, nil
+}
+
+func (g *guardFS) ReadDir(name string) ([]os.FileInfo, error) {
+	rel, err := g.rel("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := g.root.ReadDir(rel)
+	if err != nil {
+		return nil, pathErr("readdir", name, err)
+	}
+	out := make([]os.FileInfo, 0, len(ents))
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			return nil, pathErr("readdir", name, err)
+		}
+		out = append(out, fi)
+	}
+	return out, nil
+}
+
+func (g *guardFS) Readlink(name string) (string, error) {
+	rel, err := g.rel("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	t, err := g.root.Readlink(rel)
+	return t, pathErr("readlink", name, err)
+}
+
+func (g *guardFS) Join(elem ...string) string { return path.Join(elem...) }
+
+func (g *guardFS) Chroot(p string) (billy.Filesystem, error) {
+	rel, err := g.rel("chroot", p)
+	if err != nil {
+		return nil, err
+	}
+	return &guardFS{root: g.root, base: rel}, nil
+}
+
+func (g *guardFS) Root() string { return path.Join(g.root.Name(), g.base) }
+
+func (g *guardFS) Create(name string) (billy.File, error) {
+	return nil, &os.PathError{Op: "create", Path: name, Err: errReadOnly}
+}
+func (g *guardFS) Rename(from, _ string) error {
+	return &os.PathError{Op: "rename", Path: from, Err: errReadOnly}
+}
+func (g *guardFS) Remove(name string) error {
+	return &os.PathError{Op: "remove", Path: name, Err: errReadOnly}
+}
+func (g *guardFS) TempFile(dir, _ string) (billy.File, error) {
+	return nil, &os.PathError{Op: "tempfile", Path: dir, Err: errReadOnly}
+}
+func (g *guardFS) MkdirAll(name string, _ os.FileMode) error {
+	return &os.PathError{Op: "mkdir", Path: name, Err: errReadOnly}
+}
+func (g *guardFS) Symlink(_, link string) error {
+	return &os.PathError{Op: "symlink", Path: link, Err: errReadOnly}
+}
+
+// namedInfo gives the root of a chroot a base name, as os.Stat would.
+type namedInfo struct {
+	fs.FileInfo
+	name string
+}
+
+func (n namedInfo) Name() string { return n.name }
+
+// roFile is a file opened for reading; it keeps the *os.File reachable
+// (OS) so that capture can fstat it before and after copying.
+type roFile struct {
+	*os.File
+	name string
+}
+
+func (f *roFile) Name() string              { return f.name }
+func (f *roFile) Lock() error               { return nil }
+func (f *roFile) Unlock() error             { return nil }
+func (f *roFile) Truncate(int64) error      { return errReadOnly }
+func (f *roFile) Write([]byte) (int, error) { return 0, errReadOnly }
+func (f *roFile) OS() *os.File              { return f.File }
+
+// hostFS is a read-only billy.Filesystem over a host directory outside
+// the workspace root: the gitdir of a linked worktree and the common
+// directory it shares with the main worktree, or an alternate object
+// directory. These lie outside the guard by construction (the workspace's
+// .git file names them); they are only ever read, and only by the runner
+// capturing the Git metadata of its own workspace, so nothing is reached
+// that the workspace's own processes could not read themselves.
+type hostFS struct {
+	dir string
+	// objectsOnly maps "objects/..." onto dir itself (an alternate object
+	// directory, whatever its name) and hides every other name.
+	objectsOnly bool
+}
+
+func (h *hostFS) abs(name string) string {
+	name = path.Clean("/" + filepath.ToSlash(name))[1:]
+	if h.objectsOnly {
+		rest, ok := strings.CutPrefix(name, "objects")
+		if !ok || (rest != "" && rest[0] != '/') {
+			return filepath.Join(h.dir, "objects", ".tether-not-an-object-dir", filepath.FromSlash(name))
+		}
+		name = strings.TrimPrefix(rest, "/")
+	}
+	return filepath.Join(h.dir, filepath.FromSlash(name))
+}
+
+func (h *hostFS) Open(name string) (billy.File, error) {
+	f, err := os.Open(h.abs(name))
+	if err != nil {
+		return nil, err
+	}
+	return &roFile{File: f, name: name}, nil
+}
+
+func (h *hostFS) OpenFile(name string, flag int, _ os.FileMode) (billy.File, error) {
+	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
+		return nil, &os.PathError{Op: "open", Path: name, Err: errReadOnly}
+	}
+	return h.Open(name)
+}
+
+func (h *hostFS) Stat(name string) (os.FileInfo, error)  { return os.Stat(h.abs(name)) }
+func (h *hostFS) Lstat(name string) (os.FileInfo, error) { return os.Lstat(h.abs(name)) }
+func (h *hostFS) Readlink(name string) (string, error)   { return os.Readlink(h.abs(name)) }
+func (h *hostFS) Join(elem ...string) string             { return filepath.Join(elem...) }
+func (h *hostFS) Root() string                           { return h.dir }
+
+func (h *hostFS) ReadDir(name string) ([]os.FileInfo, error) {
+	ents, err := os.ReadDir(h.abs(name))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]os.FileInfo, 0, len(ents))
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, fi)
+	}
+	return out, nil
+}
+
+func (h *hostFS) Chroot(p string) (billy.Filesystem, error) {
+	if h.objectsOnly {
+		return nil, &os.PathError{Op: "chroot", Path: p, Err: errReadOnly}
+	}
+	return &hostFS{dir: h.abs(p)}, nil
+}
+
+func (h *hostFS) Create(name string) (billy.File, error) {
+	return nil, &os.PathError{Op: "create", Path: name, Err: errReadOnly}
+}
+func (h *hostFS) Rename(from, _ string) error {
+	return &os.PathError{Op: "rename", Path: from, Err: errReadOnly}
+}
+func (h *hostFS) Remove(name string) error {
+	return &os.PathError{Op: "remove", Path: name, Err: errReadOnly}
+}
+func (h *hostFS) TempFile(dir, _ string) (billy.File, error) {
+	return nil, &os.PathError{Op: "tempfile", Path: dir, Err: errReadOnly}
+}
+func (h *hostFS) MkdirAll(name string, _ os.FileMode) error {
+	return &os.PathError{Op: "mkdir", Path: name, Err: errReadOnly}
+}
+func (h *hostFS) Symlink(_, link string) error {
+	return &os.PathError{Op: "symlink", Path: link, Err: errReadOnly}
+}
+
+// altFS serves objects/info/alternates with every entry made absolute:
+// go-git resolves a relative entry against its own filesystem root, where
+// Git resolves it against the objects directory.
+type altFS struct {
+	billy.Filesystem
+	content []byte
+}
+
+func (a *altFS) Open(name string) (billy.File, error) {
+	if path.Clean(strings.TrimPrefix(filepath.ToSlash(name), "/")) == alternatesPath {
+		return &memFile{Reader: bytes.NewReader(a.content), name: name}, nil
+	}
+	return a.Filesystem.Open(name)
+}
+
+func (a *altFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
+	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
+		return nil, &os.PathError{Op: "open", Path: name, Err: errReadOnly}
+	}
+	return a.Open(name)
+}
+
+// memFile serves rewritten file contents.
+type memFile struct {
+	*bytes.Reader
+	name string
+}
+
+func (m *memFile) Name() string              { return m.name }
+func (m *memFile) Close() error              { return nil }
+func (m *memFile) Lock() error               { return nil }
+func (m *memFile) Unlock() error             { return nil }
+func (m *memFile) Truncate(int64) error      { return errReadOnly }
+func (m *memFile) Write([]byte) (int, error) { return 0, errReadOnly }

@@ -1,0 +1,365 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/gitstate"
+	"golang.org/x/sys/unix"
+)
+
+// CaptureOptions controls Capture.
+type CaptureOptions struct {
+	WorkspaceID string
+	Epoch       uint64
+	Parent      string
+	ToolVersion string
+	// ZstdLevel is a zstd command-line level (1-22, mapped onto the
+	// encoder's four speeds); 0 means the fastest.
+	ZstdLevel int
+	// Concurrency is the number of zstd encoder goroutines; 0 means
+	// GOMAXPROCS, at most maxConcurrency.
+	Concurrency int
+}
+
+// maxConcurrency caps the default encoder concurrency: each concurrent job
+// holds a few MiB, and the runner's memory budget is 64 MiB.
+const maxConcurrency = 4
+
+// zstdWindow is the encoder's window. The zstd command line's level 1
+// uses 512 KiB; 1 MiB keeps each concurrent job at 4 MiB.
+const zstdWindow = 1 << 20
+
+// copyBufSize is the read size for file contents.
+const copyBufSize = 256 << 10
+
+// Capture streams the workspace as tar (PAX, lexical order) compressed
+// with zstd into w, and returns the manifest it also wrote as the
+// archive's last entry. Nothing is staged on disk: every byte goes from
+// the workspace (read through the guard) to w. On error, w has received a
+// prefix of an archive without a manifest, which Restore refuses; the
+// caller should still abort whatever w feeds.
+func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureOptions) (*Manifest, error) {
+	if root == nil || w == nil {
+		return nil, newError(CodeInvalidArgument, "", "capture needs a root and a writer", nil)
+	}
+	level := zstd.SpeedFastest
+	switch {
+	case opts.ZstdLevel < 0 || opts.ZstdLevel > 22:
+		return nil, newError(CodeInvalidArgument, "", fmt.Sprintf("zstd level %d is not in 0..22", opts.ZstdLevel), nil)
+	case opts.ZstdLevel > 0:
+		level = zstd.EncoderLevelFromZstd(opts.ZstdLevel)
+	}
+	conc := opts.Concurrency
+	if conc < 0 {
+		return nil, newError(CodeInvalidArgument, "", "negative concurrency", nil)
+	}
+	if conc == 0 {
+		conc = min(runtime.GOMAXPROCS(0), maxConcurrency)
+	}
+	m := &Manifest{
+		Version:     FormatVersion,
+		WorkspaceID: opts.WorkspaceID,
+		Epoch:       opts.Epoch,
+		Parent:      opts.Parent,
+		ToolVersion: opts.ToolVersion,
+		CreatedAt:   time.Now().UTC(),
+		Entries:     []Entry{},
+		Skipped:     []Skipped{},
+	}
+	c := &capturer{ctx: ctx, m: m, buf: make([]byte, copyBufSize)}
+	if err := c.planGit(root); err != nil {
+		return nil, err
+	}
+	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(conc),
+		zstd.WithConcurrentBlocks(conc > 1), zstd.WithWindowSize(zstdWindow))
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	c.tw = tar.NewWriter(enc)
+	if err := c.run(root); err != nil {
+		// Stop feeding w: the encoder's buffered blocks go nowhere.
+		enc.Reset(io.Discard)
+		enc.Close()
+		return nil, err
+	}
+	if err := c.tw.Close(); err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("write archive: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("write archive: %w", err)
+	}
+	return m, nil
+}
+
+// capturer holds one capture's state.
+type capturer struct {
+	ctx context.Context
+	tw  *tar.Writer
+	m   *Manifest
+	buf []byte
+	// git is the root repository when its .git must be normalized.
+	git *gitstate.Repo
+}
+
+func (c *capturer) run(root *fsguard.Root) error {
+	before, err := lstat(root, ".")
+	if err != nil {
+		return err
+	}
+	if err := c.walk(root, ".", before, false); err != nil {
+		return err
+	}
+	c.m.Totals = totals(c.m.Entries)
+	js, err := json.Marshal(c.m)
+	if err != nil {
+		return err
+	}
+	js = append(js, '\n')
+	sum := sha256.Sum256(js)
+	c.m.SHA256, c.m.JSONSize = hex.EncodeToString(sum[:]), int64(len(js))
+	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(js)),
+		ModTime: c.m.CreatedAt, Format: tar.FormatPAX}
+	if err := c.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	if _, err := c.tw.Write(js); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	return nil
+}
+
+// walk archives the children of the directory d (at rel) in lexical
+// order, then checks that d did not change meanwhile: an entry created,
+// removed or renamed in it changes its mtime and ctime.
+func (c *capturer) walk(d *fsguard.Root, rel string, before *unix.Stat_t, inGit bool) error {
+	ents, err := d.ReadDir(".")
+	if err != nil {
+		return c.vanished(rel, err)
+	}
+	for _, e := range ents {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		name := e.Name()
+		p := join(rel, name)
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*unix.Stat_t)
+		if reserved(name) {
+			c.skip(p, st.Mode, "reserved name")
+			continue
+		}
+		if rel == "." && name == ".git" && c.git != nil {
+			if err := c.writeGit(); err != nil {
+				return err
+			}
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			err = c.dir(d, name, p, st, inGit || name == ".git")
+		case unix.S_IFREG:
+			if inGit && strings.HasSuffix(name, ".lock") {
+				return newError(CodeGitBusy, p, "a Git lock file exists: a Git command is running (or crashed; remove the lock if no git process is running)", nil)
+			}
+			err = c.file(d, name, p, st)
+		case unix.S_IFLNK:
+			err = c.symlink(d, name, p, st)
+		default:
+			c.skip(p, st.Mode, "special file")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	after, err := lstat(d, ".")
+	if err != nil {
+		return err
+	}
+	if !sameDir(before, after) {
+		return newError(CodeChangedDuringCapture, rel, "directory changed while it was archived", nil)
+	}
+	return nil
+}
+
+func (c *capturer) dir(d *fsguard.Root, name, p string, listed *unix.Stat_t, inGit bool) error {
+	sub, err := d.OpenDir(name)
+	if err != nil {
+		return c.vanished(p, err)
+	}
+	defer sub.Close()
+	st, err := lstat(sub, ".")
+	if err != nil {
+		return err
+	}
+	if st.Ino != listed.Ino || st.Dev != listed.Dev {
+		return newError(CodeChangedDuringCapture, p, "directory replaced while it was archived", nil)
+	}
+	if err := c.header(&tar.Header{Name: p + "/", Typeflag: tar.TypeDir}, st); err != nil {
+		return err
+	}
+	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeDir, Mode: st.Mode & 0o7777, MTime: mtime(st)})
+	return c.walk(sub, p, st, inGit)
+}
+
+func (c *capturer) file(d *fsguard.Root, name, p string, listed *unix.Stat_t) error {
+	f, err := d.Open(name)
+	if err != nil {
+		return c.vanished(p, err)
+	}
+	defer f.Close()
+	return c.copyFile(p, f, &fileID{ino: listed.Ino, dev: listed.Dev})
+}
+
+// fileID identifies an inode.
+type fileID struct{ ino, dev uint64 }
+
+// copyFile archives the open regular file f as p. The file must be the
+// one that was listed (same inode) and must not change while it is read:
+// its inode, size, mtime and ctime are compared before and after, and a
+// short read fails too.
+func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
+	var before, after unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &before); err != nil {
+		return fmt.Errorf("fstat %s: %w", p, err)
+	}
+	if before.Mode&unix.S_IFMT != unix.S_IFREG || (listed != nil && (before.Ino != listed.ino || before.Dev != listed.dev)) {
+		return newError(CodeChangedDuringCapture, p, "file replaced while it was archived", nil)
+	}
+	if err := c.header(&tar.Header{Name: p, Typeflag: tar.TypeReg, Size: before.Size}, &before); err != nil {
+		return err
+	}
+	h := sha256.New()
+	left := before.Size
+	for left > 0 {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := f.Read(c.buf[:min(int64(len(c.buf)), left)])
+		if n > 0 {
+			h.Write(c.buf[:n])
+			if _, werr := c.tw.Write(c.buf[:n]); werr != nil {
+				return fmt.Errorf("write archive: %w", werr)
+			}
+			left -= int64(n)
+		}
+		if err == io.EOF {
+			return newError(CodeChangedDuringCapture, p, fmt.Sprintf("file shrank while it was archived (short read: %d of %d bytes)", before.Size-left, before.Size), nil)
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+	}
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
+		return fmt.Errorf("fstat %s: %w", p, err)
+	}
+	if !sameFile(&before, &after) {
+		return newError(CodeChangedDuringCapture, p, "file changed while it was archived", nil)
+	}
+	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeFile, Mode: before.Mode & 0o7777, Size: before.Size,
+		SHA256: hex.EncodeToString(h.Sum(nil)), MTime: mtime(&before)})
+	return nil
+}
+
+func (c *capturer) symlink(d *fsguard.Root, name, p string, st *unix.Stat_t) error {
+	target, err := d.Readlink(name)
+	if err != nil {
+		return c.vanished(p, err)
+	}
+	if err := c.header(&tar.Header{Name: p, Typeflag: tar.TypeSymlink, Linkname: target}, st); err != nil {
+		return err
+	}
+	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeSymlink, Mode: st.Mode & 0o7777, LinkTarget: target, MTime: mtime(st)})
+	return nil
+}
+
+// header completes h with the mode and mtime of st and writes it.
+func (c *capturer) header(h *tar.Header, st *unix.Stat_t) error {
+	h.Mode = int64(st.Mode & 0o7777)
+	h.ModTime = mtime(st)
+	h.Format = tar.FormatPAX
+	if err := c.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	return nil
+}
+
+func (c *capturer) skip(p string, mode uint32, reason string) {
+	c.m.Skipped = append(c.m.Skipped, Skipped{Path: p, Type: typeName(mode), Reason: reason})
+}
+
+// vanished types the failure to open something that was just listed: it
+// was removed or replaced by something else meanwhile.
+func (c *capturer) vanished(p string, err error) error {
+	switch fsguard.CodeOf(err) {
+	case fsguard.CodeNotFound, fsguard.CodeSymlinkRefused, fsguard.CodeNotDirectory, fsguard.CodeInvalidArgument:
+		return newError(CodeChangedDuringCapture, p, "entry removed or replaced while it was archived", err)
+	}
+	return err
+}
+
+func lstat(d *fsguard.Root, rel string) (*unix.Stat_t, error) {
+	fi, err := d.Lstat(rel)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*unix.Stat_t)
+	if !ok {
+		return nil, errors.New("lstat: no stat data")
+	}
+	return st, nil
+}
+
+func sameFile(a, b *unix.Stat_t) bool {
+	return a.Ino == b.Ino && a.Dev == b.Dev && a.Size == b.Size && a.Mtim == b.Mtim && a.Ctim == b.Ctim
+}
+
+func sameDir(a, b *unix.Stat_t) bool {
+	return a.Ino == b.Ino && a.Dev == b.Dev && a.Mtim == b.Mtim && a.Ctim == b.Ctim
+}
+
+func mtime(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Unix()).UTC() }
+
+func typeName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return TypeFile
+	case unix.S_IFDIR:
+		return TypeDir
+	case unix.S_IFLNK:
+		return TypeSymlink
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "char_device"
+	case unix.S_IFBLK:
+		return "block_device"
+	}
+	return "unknown"
+}
+
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return path.Join(dir, name)
+}

@@ -1,0 +1,172 @@
+// Package snapshot writes and reads workspace snapshot archives: a PAX tar
+// stream in lexical path order (regular files, directories, symlinks as
+// links, modes and mtimes, the Git directory normalized into a standalone
+// repository), compressed with zstd, whose last entry is a JSON manifest
+// describing every other entry. Capture streams the archive without
+// staging anything on disk; Restore extracts into a staging directory,
+// verifies every entry against the manifest and only then publishes.
+package snapshot
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/gitstate"
+	"github.com/tetherhq/tether/sandbox/internal/staging"
+)
+
+// ManifestName is the name of the archive's last entry. A workspace entry
+// with a reserved name (this one, fsguard.TempPrefix*, staging.Prefix*)
+// at any level is skipped by Capture and refused by Restore.
+const ManifestName = ".tether-manifest.json"
+
+// FormatVersion is the manifest version Capture writes and Restore reads.
+const FormatVersion = 1
+
+// Entry types.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+)
+
+// Entry describes one archived path.
+type Entry struct {
+	Path string `json:"path"`
+	Type string `json:"type"` // file | dir | symlink
+	// Mode holds the permission bits and the setuid, setgid and sticky
+	// bits, as in a tar header (0o7777 at most).
+	Mode       uint32    `json:"mode"`
+	Size       int64     `json:"size"`
+	SHA256     string    `json:"sha256,omitempty"`
+	LinkTarget string    `json:"link_target,omitempty"`
+	MTime      time.Time `json:"mtime"`
+}
+
+// Skipped is a path Capture left out, and why.
+type Skipped struct {
+	Path   string `json:"path"`
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+}
+
+// Totals counts the manifest's entries; Bytes is the content size of its
+// regular files.
+type Totals struct {
+	Entries  int   `json:"entries"`
+	Files    int   `json:"files"`
+	Dirs     int   `json:"dirs"`
+	Symlinks int   `json:"symlinks"`
+	Bytes    int64 `json:"bytes"`
+}
+
+// Manifest is the archive's last entry.
+type Manifest struct {
+	Version     int             `json:"version"`
+	WorkspaceID string          `json:"workspace_id"`
+	Epoch       uint64          `json:"epoch"`
+	Parent      string          `json:"parent"`
+	ToolVersion string          `json:"tool_version"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Entries     []Entry         `json:"entries"`
+	Skipped     []Skipped       `json:"skipped"`
+	Totals      Totals          `json:"totals"`
+	Git         *gitstate.State `json:"git,omitempty"`
+	// GitError says why Git is missing although the workspace has a .git
+	// (a layout go-git cannot read): the files were still captured.
+	GitError string `json:"git_error,omitempty"`
+	// GitNormalized names the normalization applied to the workspace's
+	// .git: "linked_worktree" or "alternates"; empty when .git was
+	// archived as it is.
+	GitNormalized string `json:"git_normalized,omitempty"`
+
+	// SHA256 is the SHA-256 of the manifest's JSON exactly as archived
+	// (lowercase hex). It is set by Capture, Restore and ReadManifest and
+	// is not part of the JSON.
+	SHA256 string `json:"-"`
+	// JSONSize is the size of that JSON in bytes.
+	JSONSize int64 `json:"-"`
+}
+
+// Git normalizations.
+const (
+	NormalizedLinkedWorktree = "linked_worktree"
+	NormalizedAlternates     = "alternates"
+)
+
+// Error codes. The strings are those of the wire protocol.
+const (
+	CodeChangedDuringCapture = "changed_during_capture"
+	CodeGitBusy              = "git_busy"
+	CodeInvalidArgument      = "invalid_argument"
+	CodePathEscape           = "path_escape"
+	CodeSymlinkRefused       = "symlink_refused"
+	CodeCorrupt              = "corrupt"
+	CodeTooLarge             = "too_large"
+	CodeUnsupported          = "unsupported"
+	CodeExists               = "exists"
+)
+
+// Error is a capture or restore failure with a typed code; Path is the
+// workspace- or archive-relative path concerned.
+type Error struct {
+	Code    string
+	Path    string
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	s := e.Code
+	if e.Path != "" {
+		s += ": " + e.Path
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorCode is how the runner reads the code without importing this
+// package.
+func (e *Error) ErrorCode() string { return e.Code }
+
+// Is matches any *Error with the same code (and path, when the target
+// names one).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Path == "" || t.Path == e.Path)
+}
+
+func newError(code, path, msg string, err error) *Error {
+	return &Error{Code: code, Path: path, Message: msg, Err: err}
+}
+
+// reserved reports whether a single path component is a name Tether uses
+// for itself.
+func reserved(name string) bool {
+	return name == ManifestName || strings.HasPrefix(name, fsguard.TempPrefix) || strings.HasPrefix(name, staging.Prefix)
+}
+
+// totals recomputes the totals of a list of entries.
+func totals(entries []Entry) Totals {
+	t := Totals{Entries: len(entries)}
+	for _, e := range entries {
+		switch e.Type {
+		case TypeFile:
+			t.Files++
+			t.Bytes += e.Size
+		case TypeDir:
+			t.Dirs++
+		case TypeSymlink:
+			t.Symlinks++
+		}
+	}
+	return t
+}
