@@ -25,24 +25,26 @@ var runnerUpgrader = websocket.Upgrader{
 	CheckOrigin: func(*http.Request) bool { return true },
 }
 
-// authenticateRunner accepts a one-use bootstrap token (granting a session token) or a session
-// token from an earlier exchange. It returns the allocation and the new session token, if any.
-func (s *Server) authenticateRunner(ctx context.Context, token string) (store.Allocation, string, error) {
+// authenticateRunner accepts a one-use bootstrap token or a session token from an earlier
+// exchange and returns the allocation. A bootstrap token is only looked at here: it is claimed
+// once the runner's hello was accepted, so a connection that fails before that (a bad upgrade, a
+// refused hello, a dropped socket) does not strand the allocation without any usable token.
+func (s *Server) authenticateRunner(ctx context.Context, token string) (store.Allocation, bool, error) {
 	switch {
 	case strings.HasPrefix(token, prefixBootstrap):
-		session := newToken(prefixSession)
-		a, err := s.store.ClaimBootstrap(ctx, hashToken(token), hashToken(session))
-		return a, session, err
+		a, err := s.store.BootstrapAllocation(ctx, hashToken(token))
+		return a, true, err
 	case strings.HasPrefix(token, prefixSession):
 		a, err := s.store.AllocationBySession(ctx, hashToken(token))
-		return a, "", err
+		return a, false, err
 	default:
-		return store.Allocation{}, "", protocol.Errorf(protocol.CodeUnauthorized, "missing or malformed runner token")
+		return store.Allocation{}, false, protocol.Errorf(protocol.CodeUnauthorized, "missing or malformed runner token")
 	}
 }
 
 func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
-	alloc, session, err := s.authenticateRunner(r.Context(), bearer(r))
+	token := bearer(r)
+	alloc, bootstrap, err := s.authenticateRunner(r.Context(), token)
 	if err != nil {
 		s.log.Warn("runner refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, err)
@@ -59,7 +61,17 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sess.Close()
-	hello, version, err := s.acceptHello(sess, alloc, session)
+	// The session token is granted in exchange for the bootstrap token, claimed atomically just
+	// before the welcome is sent: of two runners presenting the same token, one wins.
+	var claim func() (string, error)
+	if bootstrap {
+		claim = func() (string, error) {
+			session := newToken(prefixSession)
+			_, err := s.store.ClaimBootstrap(s.ctx, hashToken(token), hashToken(session))
+			return session, err
+		}
+	}
+	hello, version, err := s.acceptHello(sess, alloc, claim)
 	if err != nil {
 		s.log.Warn("runner hello refused", "allocation", alloc.ID, "err", err)
 		return
@@ -89,7 +101,7 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 }
 
 // acceptHello reads the runner's hello on its first stream and answers with the welcome.
-func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, session string) (protocol.Hello, int, error) {
+func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim func() (string, error)) (protocol.Hello, int, error) {
 	var hello protocol.Hello
 	timer := time.AfterFunc(helloTimeout, func() { sess.Close() })
 	defer timer.Stop()
@@ -118,6 +130,12 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, sessio
 	version, err := protocol.Negotiate(hello.ProtocolMin, hello.ProtocolMax)
 	if err != nil {
 		return refuse(protocol.AsError(err))
+	}
+	var session string
+	if claim != nil {
+		if session, err = claim(); err != nil {
+			return refuse(protocol.AsError(err))
+		}
 	}
 	welcome, err := json.Marshal(protocol.Welcome{Protocol: version, WorkspaceID: alloc.WorkspaceID, SessionToken: session})
 	if err != nil {

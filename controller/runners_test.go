@@ -228,6 +228,11 @@ func TestRunnerHelloForAnotherAllocation(t *testing.T) {
 	if _, ok := tc.s.hub.Get(a.allocationID); ok {
 		t.Fatal("a registered by b's connection")
 	}
+	// A's token was not spent by the refused hello: A's real runner can still connect.
+	w = welcome(t, hello(t, tc.mustDial(t, a.token), goodHello(a.allocationID)))
+	if w.WorkspaceID != a.workspaceID || w.SessionToken == "" {
+		t.Fatalf("a's runner after a refused hello: %+v", w)
+	}
 }
 
 func TestRunnerHelloUnsupportedProtocol(t *testing.T) {

@@ -46,6 +46,9 @@ type Store interface {
 	// ClaimBootstrap marks the bootstrap token with hash h used, storing sessionHash, and returns
 	// its allocation. It succeeds once per token: a reused or unknown token is CodeUnauthorized.
 	ClaimBootstrap(ctx context.Context, h, sessionHash string) (Allocation, error)
+	// BootstrapAllocation finds the allocation of an unused, live bootstrap token without
+	// claiming it (CodeUnauthorized / CodeRevoked otherwise).
+	BootstrapAllocation(ctx context.Context, h string) (Allocation, error)
 	// AllocationBySession finds the live allocation whose session token hashes to h.
 	AllocationBySession(ctx context.Context, h string) (Allocation, error)
 

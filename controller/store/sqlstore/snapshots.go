@@ -27,7 +27,7 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey,
-		snap.Bytes, snap.SHA256, snap.Encrypted, string(summary), snap.CreatedAt)
+		snap.Bytes, snap.SHA256, snap.Encrypted, string(summary), snap.CreatedAt.UTC())
 	if err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
 	}

@@ -91,11 +91,11 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 		return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, w.CreatedAt, w.UpdatedAt); err != nil {
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
 		return fmt.Errorf("insert workspace: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO allocations (id, workspace_id, provider, state, root, bootstrap_hash, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt, a.UpdatedAt); err != nil {
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
 		return fmt.Errorf("insert allocation: %w", err)
 	}
 	return tx.Commit()
@@ -200,12 +200,34 @@ func (s *DB) ClaimBootstrap(ctx context.Context, h, sessionHash string) (store.A
 	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
 		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE allocations SET bootstrap_used = 1, session_hash = ?, updated_at = ? WHERE id = ? AND bootstrap_used = 0`,
-		sessionHash, s.now(), a.ID); err != nil {
+	res, err := tx.ExecContext(ctx, `UPDATE allocations SET bootstrap_used = 1, session_hash = ?, updated_at = ? WHERE id = ? AND bootstrap_used = 0`,
+		sessionHash, s.now(), a.ID)
+	if err != nil {
 		return a, err
+	}
+	// Only the claim that flipped the flag wins, whatever the isolation level.
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
 	}
 	a.BootstrapUsed, a.SessionHash = true, sessionHash
 	return a, tx.Commit()
+}
+
+func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, `SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`, h))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
+	}
+	if err != nil {
+		return a, err
+	}
+	if a.BootstrapUsed {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
+	}
+	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
+	}
+	return a, nil
 }
 
 func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocation, error) {
@@ -231,13 +253,13 @@ func (s *DB) CreateRun(ctx context.Context, r api.Run) error {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, r.StartedAt)
+		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, r.StartedAt.UTC())
 	return err
 }
 
 func (s *DB) FinishRun(ctx context.Context, id, state string, exitCode *int, signal int, errMsg string, at time.Time) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, exit_code = ?, signal = ?, error = ?, finished_at = ? WHERE id = ?`,
-		state, exitCode, signal, errMsg, at, id)
+		state, exitCode, signal, errMsg, at.UTC(), id)
 	return affected(res, err, "run", id)
 }
 
