@@ -114,6 +114,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs:     blobs, identity: identity, encrypt: encrypt,
 		ctx: sctx, cancel: cancel,
 	}
+	// Housekeeping happens before anyone can connect, so no request sees the state a previous
+	// process left.
+	if err := s.markDisconnected(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := s.sweepBlobs(ctx); err != nil {
+		s.log.Warn("blob sweep", "err", err)
+	}
 	return s, nil
 }
 
@@ -161,12 +170,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	} else {
 		s.advertise = "http://" + l.Addr().String()
 	}
-	if err := s.markDisconnected(ctx); err != nil {
-		return err
-	}
-	if err := s.sweepBlobs(ctx); err != nil {
-		s.log.Warn("blob sweep", "err", err)
-	}
+
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 	errc := make(chan error, 1)
