@@ -37,6 +37,8 @@ type Config struct {
 	// BlobsURL picks the snapshot store: "" (a directory in the data dir), file:///DIR or
 	// s3://BUCKET/PREFIX?endpoint=HOST:PORT.
 	BlobsURL string
+	// StoreURL picks the state store: "" (SQLite in the data dir) or postgres://….
+	StoreURL string
 	// SnapshotKeyFile holds the age identity snapshots are encrypted to (default DATA/snapshot.key,
 	// generated on first start).
 	SnapshotKeyFile string
@@ -88,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db"))
+	st, err := sqlstore.Open(ctx, cfg.StoreURL, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

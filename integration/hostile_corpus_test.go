@@ -56,6 +56,7 @@ type hostileEnv struct {
 	marker        string // in every outside file's content
 	devices       bool   // device nodes could be made (root with CAP_MKNOD)
 	baseline      map[string]treeSnap
+	fixture       treeSnap // the workspace tree as reset left it
 	shallowBefore map[string]treeSnap
 }
 
@@ -93,6 +94,19 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	e.shallowBefore = e.snapShallow()
 	e.reset()
 	return e
+}
+
+// settle ends a case: it checks the outside and, when the workspace tree differs from the
+// fixture, plants it again. A refused operation must have changed nothing, inside included.
+func (e *hostileEnv) settle(what string, refused bool) {
+	e.t.Helper()
+	e.assertUntouched(what)
+	if d := e.fixture.diff(snapTree(e.t, e.root)); d != nil {
+		if refused {
+			e.t.Errorf("%s was refused but changed the workspace: %v", what, d)
+		}
+		e.reset()
+	}
 }
 
 // writeOutside makes a small tree with marked content, a subdirectory, links and an empty dir.
@@ -172,6 +186,7 @@ func (e *hostileEnv) assertUntouched(what string) {
 // same tree whatever the previous one legitimately did inside.
 func (e *hostileEnv) reset() {
 	t := e.t
+	defer func() { e.fixture = snapTree(t, e.root) }()
 	if err := os.Chmod(e.root, e.rootMode); err != nil {
 		t.Fatal(err)
 	}

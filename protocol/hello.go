@@ -33,6 +33,8 @@ type Hello struct {
 	// Runs the runner has finished or still runs, so a controller that lost the socket mid-run can
 	// settle its records.
 	Runs []RunStatus `json:"runs,omitempty"`
+	// Epoch is the highest writer epoch the runner has seen (0 on a fresh runner).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Welcome is the controller's answer to Hello.
@@ -42,6 +44,8 @@ type Welcome struct {
 	// SessionToken is sent once, in exchange for the one-use bootstrap token; the runner presents
 	// it on reconnect.
 	SessionToken string `json:"session_token,omitempty"`
+	// Epoch is the workspace's current writer epoch; the runner fences older ones from now on.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Negotiate picks the highest protocol version both ranges contain.

@@ -9,11 +9,24 @@ const (
 	// OpRunExited goes the other way, runner to controller: a run whose exec stream was lost has
 	// finished. Its header's Args is a RunStatus.
 	OpRunExited = "run_exited"
+
+	// OpSetEpoch tells the runner the workspace's current writer epoch (header Epoch). From then
+	// on it refuses mutating operations that carry an older one, however late they arrive.
+	OpSetEpoch = "set_epoch"
 )
+
+// Mutating reports whether op changes the workspace, and so must carry the current writer epoch.
+func Mutating(op string) bool {
+	switch op {
+	case OpExec, OpTreeImport, OpFsWrite, OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotRestore:
+		return true
+	}
+	return false
+}
 
 // Capabilities this build of the runner advertises.
 var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
-	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore}
+	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

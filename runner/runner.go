@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,6 +42,10 @@ type Runner struct {
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
 	sess  *yamux.Session // the live connection, nil between connections
+
+	// epoch is the highest writer epoch seen; mutating operations with an older one are
+	// refused. It only grows.
+	epoch atomic.Uint64
 }
 
 // ErrRefused is returned by Run when the controller refuses the runner's credentials: retrying
@@ -176,4 +181,18 @@ func connectURL(base string) (string, error) {
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + protocol.ConnectPath
 	return u.String(), nil
+}
+
+// fence admits a mutating operation carrying epoch e, raising the runner's epoch to e, or
+// refuses it with stale_epoch when a newer writer has been seen.
+func (r *Runner) fence(e uint64) error {
+	for {
+		cur := r.epoch.Load()
+		if e < cur {
+			return protocol.Errorf(protocol.CodeStaleEpoch, "epoch %d is stale: the workspace's writer epoch is %d", e, cur)
+		}
+		if e == cur || r.epoch.CompareAndSwap(cur, e) {
+			return nil
+		}
+	}
 }

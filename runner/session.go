@@ -26,7 +26,7 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 		ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax,
 		RunnerVersion: r.cfg.Version, AllocationID: r.cfg.AllocationID,
 		Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(), Root: r.cfg.Root,
-		Runs: r.runs.snapshot(),
+		Runs: r.runs.snapshot(), Epoch: r.epoch.Load(),
 	}
 	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
 		return err
@@ -45,6 +45,7 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 	if err := json.Unmarshal(tr.Result, &w); err != nil {
 		return fmt.Errorf("hello: welcome: %w", err)
 	}
+	_ = r.fence(w.Epoch)
 	if w.SessionToken != "" {
 		r.mu.Lock()
 		r.token = w.SessionToken
@@ -75,7 +76,22 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeInvalidArgument, "header: %v", err))
 		return
 	}
+	if protocol.Mutating(h.Op) || h.Op == protocol.OpSetEpoch {
+		if err := r.fence(h.Epoch); err != nil {
+			if h.Op == protocol.OpExec {
+				_ = protocol.NewChannelWriter(st).WriteJSONFrame(protocol.ChanExit, protocol.ExecExit{ExitCode: -1, Error: protocol.AsError(err)})
+			} else {
+				// The controller stops sending a body as soon as this early answer arrives.
+				writeTrailer(st, nil, err)
+			}
+			return
+		}
+	}
 	switch h.Op {
+	case protocol.OpSetEpoch:
+		writeTrailer(st, struct {
+			Epoch uint64 `json:"epoch"`
+		}{r.epoch.Load()}, nil)
 	case protocol.OpExec:
 		r.exec(st, h)
 	case protocol.OpTreeImport:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
@@ -105,6 +107,10 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 		c.printf("(exit status %d)\n", exit.Status())
 	}
 
+	if err := demoFiles(c, demoCLI, step, ws.ID, ws.Name, tmp); err != nil {
+		return err
+	}
+
 	step("tether run ls %s", ws.Name)
 	if err := demoCLI("run", "ls", ws.ID); err != nil {
 		return err
@@ -163,5 +169,47 @@ func makeSampleRepo(ctx context.Context, dir string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// demoFiles puts a generated file into the workspace, lists it, gets it back and shows that
+// both ends hash the same; then shows the guard refusing a path out of the workspace.
+func demoFiles(c *cli, demoCLI func(...string) error, step func(string, ...any), id, name, tmp string) error {
+	data := make([]byte, 256<<10)
+	if _, err := rand.Read(data); err != nil {
+		return err
+	}
+	local := filepath.Join(tmp, "data.bin")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		return err
+	}
+	step("tether files put %s %s data.bin", name, local)
+	if err := demoCLI("files", "put", id, local, "data.bin"); err != nil {
+		return err
+	}
+	step("tether files ls -l %s", name)
+	if err := demoCLI("files", "ls", "-l", id); err != nil {
+		return err
+	}
+	back := filepath.Join(tmp, "data.back")
+	step("tether files get %s data.bin -o %s", name, back)
+	if err := demoCLI("files", "get", id, "data.bin", "-o", back); err != nil {
+		return err
+	}
+	got, err := os.ReadFile(back)
+	if err != nil {
+		return err
+	}
+	sent, received := sha256.Sum256(data), sha256.Sum256(got)
+	if sent != received {
+		return protocol.Errorf(protocol.CodeFailed, "the file came back different: sha256 %x sent, %x received", sent, received)
+	}
+	c.printf("sha256 match: %x (%d bytes there and back)\n", received, len(got))
+	step("tether files get %s ../../etc/passwd", name)
+	err = demoCLI("files", "get", id, "../../etc/passwd")
+	if protocol.CodeOf(err) != protocol.CodePathEscape {
+		return protocol.Errorf(protocol.CodeInternal, "the guard did not refuse a path out of the workspace: %v", err)
+	}
+	c.printf("refused: %v\n", err)
 	return nil
 }

@@ -170,7 +170,10 @@ func newFilesGetCmd(c *cli) *cobra.Command {
 				return err
 			}
 			if out == "" || out == "-" {
-				bar := c.newProgress("get " + args[1])
+				var bar *progress // none when the file itself is going to the terminal
+				if !c.stdoutIsTerminal() {
+					bar = c.newProgress("get " + args[1])
+				}
 				_, err := cl.ReadFile(cmd.Context(), args[0], args[1], c.stdout, client.ReadOptions{Progress: bar.read})
 				bar.finish()
 				return err

@@ -31,6 +31,7 @@ type progress struct {
 	drawn  bool
 	now    func() time.Time
 	active bool // done or total passed progressMin
+	closed bool // finished: late reports from the transport draw nothing
 }
 
 // newProgress returns a bar for c's stderr, or nil when stderr is not a terminal.
@@ -40,6 +41,12 @@ func (c *cli) newProgress(label string) *progress {
 		return nil
 	}
 	return newProgressTo(f, label, time.Now)
+}
+
+// stdoutIsTerminal reports whether output goes to a terminal, where a bar would tangle with it.
+func (c *cli) stdoutIsTerminal() bool {
+	f, ok := c.stdout.(*os.File)
+	return ok && isTerminal(f)
 }
 
 func newProgressTo(w io.Writer, label string, now func() time.Time) *progress {
@@ -80,6 +87,9 @@ func (p *progress) add(n int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done += n
+	if p.closed {
+		return
+	}
 	if !p.active && (p.total > progressMin || p.done > progressMin) {
 		p.active = true
 	}
@@ -118,5 +128,5 @@ func (p *progress) finish() {
 	if p.drawn {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
-	p.drawn = false
+	p.drawn, p.closed = false, true
 }

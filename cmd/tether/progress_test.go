@@ -31,6 +31,12 @@ func TestProgressDrawsOnlyLargeTransfersAndThrottles(t *testing.T) {
 	if !strings.HasSuffix(out.String(), "\r\x1b[K") {
 		t.Fatalf("finish must clear the line: %q", out.String())
 	}
+	cleared := out.Len()
+	clock = clock.Add(time.Second)
+	p.add(1 << 20) // a late report from the transport after the transfer ended
+	if out.Len() != cleared {
+		t.Fatalf("a finished bar drew again: %q", out.String()[cleared:])
+	}
 
 	// Small transfers draw nothing at all; a nil bar (stderr not a terminal) is a no-op.
 	out.Reset()

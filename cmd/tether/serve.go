@@ -14,7 +14,7 @@ import (
 
 type serveFlags struct {
 	listen, advertise, pluginDir, runnerBin, provider string
-	blobs, snapshotKey, encrypt                       string
+	blobs, snapshotKey, encrypt, store                string
 	readyTimeout, sweepGrace                          time.Duration
 	maxFileSize                                       int64
 }
@@ -50,6 +50,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.runnerBin, "runner-bin", "", "tether-runner binary handed to providers (default: next to tether)")
 	cmd.Flags().StringVar(&f.provider, "default-provider", "local", "provider used when a workspace names none")
 	cmd.Flags().DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "how long a new sandbox's runner may take to connect")
+	cmd.Flags().StringVar(&f.store, "store", "", "state store: postgres://USER:PASS@HOST:PORT/DB?sslmode=… (default SQLite in DATA)")
 	cmd.Flags().StringVar(&f.blobs, "blobs", "", "snapshot store: file:///DIR or s3://BUCKET/PREFIX?endpoint=HOST:PORT (default DATA/blobs)")
 	cmd.Flags().StringVar(&f.snapshotKey, "snapshot-key", "", "age identity snapshots are encrypted to (default DATA/snapshot.key, generated)")
 	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
@@ -75,7 +76,7 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		DataDir: abs, AdvertiseURL: f.advertise, PluginDir: firstNonEmpty(f.pluginDir, binDir),
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
-		BlobsURL: f.blobs, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
+		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		MaxFileSize: f.maxFileSize,
 	}
 	if cfg.RunnerBinary, err = filepath.Abs(cfg.RunnerBinary); err != nil {

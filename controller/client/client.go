@@ -29,7 +29,10 @@ func New(addr, token string) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "controller address %q must look like http://host:port", addr)
 	}
-	return &Client{base: u, token: token, http: &http.Client{}}, nil
+	// Redirects are refused: a router that cleaned a workspace path ("a/.." → "a") would
+	// otherwise send the request to a different resource than the one named.
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &Client{base: u, token: token, http: hc}, nil
 }
 
 // Addr is the controller's base URL.

@@ -11,11 +11,11 @@ import (
 )
 
 func init() {
-	schema = append(schema,
+	addMigration(2, "snapshots",
 		`CREATE TABLE IF NOT EXISTS snapshots (
-			id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id), epoch INTEGER NOT NULL,
-			parent TEXT NOT NULL DEFAULT '', object_key TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,
-			sha256 TEXT NOT NULL, encrypted INTEGER NOT NULL, summary TEXT NOT NULL, created_at TIMESTAMP NOT NULL)`,
+			id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id), epoch {int64} NOT NULL,
+			parent TEXT NOT NULL DEFAULT '', object_key TEXT NOT NULL UNIQUE, bytes {int64} NOT NULL,
+			sha256 TEXT NOT NULL, encrypted {bool} NOT NULL, summary TEXT NOT NULL, created_at {ts} NOT NULL)`,
 		`CREATE INDEX IF NOT EXISTS snapshots_workspace ON snapshots(workspace_id, created_at)`,
 	)
 }
@@ -25,8 +25,8 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots (id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey,
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey,
 		snap.Bytes, snap.SHA256, snap.Encrypted, string(summary), snap.CreatedAt.UTC())
 	if err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
@@ -43,6 +43,7 @@ func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt); err != nil {
 		return snap, err
 	}
+	snap.CreatedAt = snap.CreatedAt.UTC()
 	if err := json.Unmarshal([]byte(summary), &snap.Summary); err != nil {
 		return snap, fmt.Errorf("snapshot %s summary: %w", snap.ID, err)
 	}
@@ -51,7 +52,7 @@ func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 }
 
 func (s *DB) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	snap, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	snap, err := scanSnapshot(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return snap, notFound("snapshot", id)
 	}
@@ -59,7 +60,7 @@ func (s *DB) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
 }
 
 func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`, workspaceID)
+	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`), workspaceID)
 	if err != nil {
 		return nil, err
 	}

@@ -2,15 +2,15 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/controller/store/storetest"
-	"github.com/tetherhq/tether/protocol"
 )
 
 func TestSQLite(t *testing.T) {
@@ -23,60 +23,63 @@ func TestSQLite(t *testing.T) {
 	})
 }
 
-func TestSQLiteSurvivesReopen(t *testing.T) {
+// TestSQLiteAdoptsUnversioned: a database made before migrations were numbered (the same tables,
+// no schema_migrations) opens with its records and is recorded as up to date.
+func TestSQLiteAdoptsUnversioned(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tether.db")
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE workspaces (
+			id TEXT PRIMARY KEY, name TEXT NOT NULL, provider TEXT NOT NULL, state TEXT NOT NULL,
+			reason TEXT NOT NULL DEFAULT '', allocation_id TEXT NOT NULL,
+			created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL)`,
+		`CREATE UNIQUE INDEX workspaces_live_name ON workspaces(name) WHERE state <> 'deleted'`,
+		`CREATE TABLE allocations (
+			id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id), provider TEXT NOT NULL,
+			state TEXT NOT NULL, root TEXT NOT NULL DEFAULT '',
+			bootstrap_hash TEXT NOT NULL UNIQUE, bootstrap_used INTEGER NOT NULL DEFAULT 0,
+			session_hash TEXT NOT NULL DEFAULT '', runner_version TEXT NOT NULL DEFAULT '',
+			created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL)`,
+		`CREATE TABLE runs (
+			id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+			allocation_id TEXT NOT NULL, argv TEXT NOT NULL, cwd TEXT NOT NULL DEFAULT '', state TEXT NOT NULL,
+			exit_code INTEGER, signal INTEGER NOT NULL DEFAULT 0, error TEXT NOT NULL DEFAULT '',
+			started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP)`,
+	} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
+	w, a := storetest.Fixture("old", at, "bootstrap-old")
+	if _, err := raw.Exec(`INSERT INTO workspaces VALUES (?, ?, ?, ?, '', ?, ?, ?)`, w.ID, w.Name, w.Provider, w.State, w.AllocationID, at, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`INSERT INTO allocations (id, workspace_id, provider, state, bootstrap_hash, bootstrap_used, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 1, ?, ?)`, a.ID, a.WorkspaceID, a.Provider, a.State, a.BootstrapHash, at, at); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
 	db, err := sqlstore.OpenSQLite(ctx, path)
 	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Date(2021, 5, 6, 7, 8, 9, 500000000, time.UTC)
-	w, a := storetest.Fixture("keep", at, "bootstrap-keep")
-	if err := db.CreateWorkspace(ctx, w, a); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ClaimBootstrap(ctx, a.BootstrapHash, "session-keep"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpdateAllocation(ctx, a.ID, store.AllocConnected, "/root/keep", "9.9"); err != nil {
-		t.Fatal(err)
-	}
-	code := 4
-	run := api.Run{ID: "run-keep", WorkspaceID: w.ID, AllocationID: a.ID, Argv: []string{"make", "test"}, State: api.RunRunning, StartedAt: at}
-	if err := db.CreateRun(ctx, run); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.FinishRun(ctx, run.ID, api.RunExited, &code, 0, "", at.Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	db, err = sqlstore.OpenSQLite(ctx, path) // migrations run again on an existing database
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
+		t.Fatalf("open an unversioned database: %v", err)
 	}
 	defer db.Close()
-	gw, err := db.GetWorkspace(ctx, "keep")
-	if err != nil || gw.ID != w.ID || gw.Root != "/root/keep" || !gw.CreatedAt.Equal(at) {
-		t.Fatalf("workspace after reopen: %+v, %v", gw, err)
+	if got, err := sqlstore.SchemaVersions(ctx, db); err != nil || len(got) != sqlstore.LatestVersion() || !slices.IsSorted(got) {
+		t.Fatalf("schema_migrations = %v, %v", got, err)
 	}
-	ga, err := db.AllocationBySession(ctx, "session-keep")
-	if err != nil || ga.ID != a.ID || !ga.BootstrapUsed || ga.RunnerVersion != "9.9" {
-		t.Fatalf("allocation after reopen: %+v, %v", ga, err)
+	if got, err := db.GetWorkspace(ctx, "old"); err != nil || got.ID != w.ID || !got.CreatedAt.Equal(at) {
+		t.Fatalf("old workspace: %+v, %v", got, err)
 	}
-	// A used token stays used across restarts.
-	if _, err := db.ClaimBootstrap(ctx, a.BootstrapHash, "again"); protocol.CodeOf(err) != protocol.CodeUnauthorized {
-		t.Fatalf("claim after reopen: %v; want unauthorized", err)
+	if got, err := db.GetAllocation(ctx, a.ID); err != nil || !got.BootstrapUsed {
+		t.Fatalf("old allocation: %+v, %v", got, err)
 	}
-	gr, err := db.GetRun(ctx, run.ID)
-	if err != nil || gr.State != api.RunExited || gr.ExitCode == nil || *gr.ExitCode != 4 || len(gr.Argv) != 2 {
-		t.Fatalf("run after reopen: %+v, %v", gr, err)
-	}
-	// The unique live-name rule survives too.
-	w2, a2 := storetest.Fixture("keep", at, "bootstrap-keep-2")
-	if err := db.CreateWorkspace(ctx, w2, a2); protocol.CodeOf(err) != protocol.CodeExists {
-		t.Fatalf("duplicate name after reopen: %v; want exists", err)
+	if _, err := db.ListSnapshots(ctx, w.ID); err != nil {
+		t.Fatalf("snapshots table missing after migration: %v", err)
 	}
 }

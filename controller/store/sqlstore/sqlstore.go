@@ -1,4 +1,6 @@
-// Package sqlstore implements store.Store on database/sql. SQLite (pure Go) is the embedded default.
+// Package sqlstore implements store.Store on database/sql: SQLite (pure Go) is the embedded
+// default, PostgreSQL (pgx) serves several controllers. One set of queries serves both (see
+// dialect); the schema is a list of numbered migrations (see migrate.go).
 package sqlstore
 
 import (
@@ -7,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -18,10 +22,24 @@ import (
 // DB is a store.Store on a SQL database.
 type DB struct {
 	db  *sql.DB
+	d   *dialect
 	now func() time.Time
 }
 
 var _ store.Store = (*DB)(nil)
+
+// Open opens the store storeURL names: "" is SQLite in dataDir (tether.db), postgres://… or
+// postgresql://… a PostgreSQL database (see OpenPostgres).
+func Open(ctx context.Context, storeURL, dataDir string) (*DB, error) {
+	switch {
+	case storeURL == "":
+		return OpenSQLite(ctx, filepath.Join(dataDir, "tether.db"))
+	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
+		return OpenPostgres(ctx, storeURL)
+	}
+	scheme, _, _ := strings.Cut(storeURL, ":")
+	return nil, fmt.Errorf("store URL with scheme %q: want postgres://… (or none, for SQLite in the data dir)", scheme)
+}
 
 // OpenSQLite opens (creating when missing) the SQLite database at path.
 func OpenSQLite(ctx context.Context, path string) (*DB, error) {
@@ -33,7 +51,12 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	// One connection: SQLite allows one writer, and a single connection keeps writes serialized
 	// without busy retries.
 	db.SetMaxOpenConns(1)
-	s := &DB{db: db, now: func() time.Time { return time.Now().UTC() }}
+	return open(ctx, db, sqliteDialect)
+}
+
+// open migrates db and wraps it; it closes db on failure.
+func open(ctx context.Context, db *sql.DB, d *dialect) (*DB, error) {
+	s := &DB{db: db, d: d, now: func() time.Time { return time.Now().UTC() }}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -42,36 +65,6 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 }
 
 func (s *DB) Close() error { return s.db.Close() }
-
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS workspaces (
-		id TEXT PRIMARY KEY, name TEXT NOT NULL, provider TEXT NOT NULL, state TEXT NOT NULL,
-		reason TEXT NOT NULL DEFAULT '', allocation_id TEXT NOT NULL,
-		created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL)`,
-	`CREATE UNIQUE INDEX IF NOT EXISTS workspaces_live_name ON workspaces(name) WHERE state <> 'deleted'`,
-	`CREATE TABLE IF NOT EXISTS allocations (
-		id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id), provider TEXT NOT NULL,
-		state TEXT NOT NULL, root TEXT NOT NULL DEFAULT '',
-		bootstrap_hash TEXT NOT NULL UNIQUE, bootstrap_used INTEGER NOT NULL DEFAULT 0,
-		session_hash TEXT NOT NULL DEFAULT '', runner_version TEXT NOT NULL DEFAULT '',
-		created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL)`,
-	`CREATE INDEX IF NOT EXISTS allocations_session ON allocations(session_hash)`,
-	`CREATE TABLE IF NOT EXISTS runs (
-		id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL REFERENCES workspaces(id),
-		allocation_id TEXT NOT NULL, argv TEXT NOT NULL, cwd TEXT NOT NULL DEFAULT '', state TEXT NOT NULL,
-		exit_code INTEGER, signal INTEGER NOT NULL DEFAULT 0, error TEXT NOT NULL DEFAULT '',
-		started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP)`,
-	`CREATE INDEX IF NOT EXISTS runs_workspace ON runs(workspace_id, started_at)`,
-}
-
-func (s *DB) migrate(ctx context.Context) error {
-	for _, q := range schema {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-	}
-	return nil
-}
 
 func notFound(kind, id string) error {
 	return protocol.Errorf(protocol.CodeNotFound, "%s %q not found", kind, id)
@@ -84,18 +77,21 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	}
 	defer tx.Rollback()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE name = ? AND state <> 'deleted'`, w.Name).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT COUNT(*) FROM workspaces WHERE name = ? AND state <> 'deleted'`), w.Name).Scan(&n); err != nil {
 		return err
 	}
 	if n > 0 {
 		return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
+		if s.d.uniqueConstraint(err) == "workspaces_live_name" { // a concurrent create took the name since the count
+			return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
+		}
 		return fmt.Errorf("insert workspace: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO allocations (id, workspace_id, provider, state, root, bootstrap_hash, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO allocations (id, workspace_id, provider, state, root, bootstrap_hash, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
 		return fmt.Errorf("insert allocation: %w", err)
 	}
 	return tx.Commit()
@@ -106,13 +102,14 @@ const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation
 func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace
 	err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.CreatedAt, &w.UpdatedAt)
+	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
 	return w, err
 }
 
 func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+workspaceCols+`
+	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+workspaceCols+`
 		FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id WHERE w.id = ? OR (w.name = ? AND w.state <> 'deleted')
-		ORDER BY w.id = ? DESC LIMIT 1`, id, id, id))
+		ORDER BY w.id = ? DESC LIMIT 1`), id, id, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, notFound("workspace", id)
 	}
@@ -120,9 +117,9 @@ func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 }
 
 func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceCols+`
+	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+workspaceCols+`
 		FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id
-		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`, all)
+		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`), all)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +136,7 @@ func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, err
 }
 
 func (s *DB) UpdateWorkspace(ctx context.Context, id, state, reason string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ?`, state, reason, s.now(), id)
+	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ?`), state, reason, s.now(), id)
 	return affected(res, err, "workspace", id)
 }
 
@@ -163,11 +160,12 @@ func scanAllocation(row interface{ Scan(...any) error }) (store.Allocation, erro
 	var a store.Allocation
 	err := row.Scan(&a.ID, &a.WorkspaceID, &a.Provider, &a.State, &a.Root, &a.BootstrapHash, &a.BootstrapUsed,
 		&a.SessionHash, &a.RunnerVersion, &a.CreatedAt, &a.UpdatedAt)
+	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
 	return a, err
 }
 
 func (s *DB) GetAllocation(ctx context.Context, id string) (store.Allocation, error) {
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, `SELECT `+allocationCols+` FROM allocations WHERE id = ?`, id))
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, notFound("allocation", id)
 	}
@@ -175,8 +173,8 @@ func (s *DB) GetAllocation(ctx context.Context, id string) (store.Allocation, er
 }
 
 func (s *DB) UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE allocations SET state = ?, root = CASE WHEN ? = '' THEN root ELSE ? END,
-		runner_version = CASE WHEN ? = '' THEN runner_version ELSE ? END, updated_at = ? WHERE id = ?`,
+	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE allocations SET state = ?, root = CASE WHEN CAST(? AS TEXT) = '' THEN root ELSE ? END,
+		runner_version = CASE WHEN CAST(? AS TEXT) = '' THEN runner_version ELSE ? END, updated_at = ? WHERE id = ?`),
 		state, root, root, runnerVersion, runnerVersion, s.now(), id)
 	return affected(res, err, "allocation", id)
 }
@@ -187,7 +185,9 @@ func (s *DB) ClaimBootstrap(ctx context.Context, h, sessionHash string) (store.A
 		return store.Allocation{}, err
 	}
 	defer tx.Rollback()
-	a, err := scanAllocation(tx.QueryRowContext(ctx, `SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`, h))
+	// The row stays locked until the claim commits (PostgreSQL; SQLite's writer lock is already
+	// held), so the checks below see what a concurrent claim committed.
+	a, err := scanAllocation(tx.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`+s.d.forUpdate), h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}
@@ -200,7 +200,7 @@ func (s *DB) ClaimBootstrap(ctx context.Context, h, sessionHash string) (store.A
 	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
 		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE allocations SET bootstrap_used = 1, session_hash = ?, updated_at = ? WHERE id = ? AND bootstrap_used = 0`,
+	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE allocations SET bootstrap_used = TRUE, session_hash = ?, updated_at = ? WHERE id = ? AND bootstrap_used = FALSE`),
 		sessionHash, s.now(), a.ID)
 	if err != nil {
 		return a, err
@@ -214,7 +214,7 @@ func (s *DB) ClaimBootstrap(ctx context.Context, h, sessionHash string) (store.A
 }
 
 func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, `SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`, h))
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`), h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}
@@ -234,7 +234,7 @@ func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocatio
 	if h == "" {
 		return store.Allocation{}, protocol.Errorf(protocol.CodeUnauthorized, "empty session token")
 	}
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, `SELECT `+allocationCols+` FROM allocations WHERE session_hash = ?`, h))
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ?`), h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}
@@ -252,13 +252,13 @@ func (s *DB) CreateRun(ctx context.Context, r api.Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, r.StartedAt.UTC())
 	return err
 }
 
 func (s *DB) FinishRun(ctx context.Context, id, state string, exitCode *int, signal int, errMsg string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, exit_code = ?, signal = ?, error = ?, finished_at = ? WHERE id = ?`,
+	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE runs SET state = ?, exit_code = ?, signal = ?, error = ?, finished_at = ? WHERE id = ?`),
 		state, exitCode, signal, errMsg, at.UTC(), id)
 	return affected(res, err, "run", id)
 }
@@ -273,6 +273,7 @@ func scanRun(row interface{ Scan(...any) error }) (api.Run, error) {
 	if err := row.Scan(&r.ID, &r.WorkspaceID, &r.AllocationID, &argv, &r.Cwd, &r.State, &exit, &r.Signal, &r.Error, &r.StartedAt, &finished); err != nil {
 		return r, err
 	}
+	r.StartedAt = r.StartedAt.UTC()
 	if err := json.Unmarshal([]byte(argv), &r.Argv); err != nil {
 		return r, fmt.Errorf("run %s argv: %w", r.ID, err)
 	}
@@ -281,14 +282,14 @@ func scanRun(row interface{ Scan(...any) error }) (api.Run, error) {
 		r.ExitCode = &c
 	}
 	if finished.Valid {
-		t := finished.Time
+		t := finished.Time.UTC()
 		r.FinishedAt = &t
 	}
 	return r, nil
 }
 
 func (s *DB) GetRun(ctx context.Context, id string) (api.Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, notFound("run", id)
 	}
@@ -296,7 +297,7 @@ func (s *DB) GetRun(ctx context.Context, id string) (api.Run, error) {
 }
 
 func (s *DB) listRuns(ctx context.Context, q string, arg string) ([]api.Run, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE `+q+` ORDER BY started_at, id`, arg)
+	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE `+q+` ORDER BY started_at, id`), arg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,37 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+)
+
+// LatestVersion is the schema version this build migrates to.
+func LatestVersion() int { return len(migrations) }
+
+// SchemaVersions lists the versions recorded in schema_migrations, in order.
+func SchemaVersions(ctx context.Context, s *DB) ([]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// Exec runs a statement written with `?` placeholders directly on the database.
+func Exec(ctx context.Context, s *DB, q string, args ...any) (sql.Result, error) {
+	return s.db.ExecContext(ctx, s.d.q(q), args...)
+}
+
+// QueryRow runs a query written with `?` placeholders directly on the database.
+func QueryRow(ctx context.Context, s *DB, q string, args ...any) *sql.Row {
+	return s.db.QueryRowContext(ctx, s.d.q(q), args...)
+}
