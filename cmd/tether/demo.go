@@ -119,14 +119,53 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	if err := demoCLI("workspace", "ls"); err != nil {
 		return err
 	}
-	step("tether workspace rm %s", ws.Name)
+	if err := demoSnapshot(ctx, c, cl, demoCLI, step, ws); err != nil {
+		return err
+	}
+	step("done")
+	// Later capabilities (artifacts, services) join the journey here.
+	return nil
+}
+
+// demoSnapshot leaves work uncommitted, captures the workspace, destroys its sandbox and
+// restores it on a new one: the Git state, the unpushed commit and the dirty file survive.
+func demoSnapshot(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
+	const state = "git log --oneline -1; git status --short --branch"
+	step("tether exec %s -- sh -c 'echo wip >> README.md; git commit -qam wip; echo draft > notes.txt'", ws.Name)
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c",
+		"echo wip >> README.md && git -c user.name=demo -c user.email=demo@tether.invalid commit -qam 'Work in progress' && echo draft > notes.txt && " + state}},
+		nil, c.stdout, c.stderr); err != nil {
+		return err
+	}
+	step("tether snapshot create %s", ws.Name)
+	snap, err := cl.CreateSnapshot(ctx, ws.ID)
+	if err != nil {
+		return err
+	}
+	c.printf("%s: %d entries, %s stored, sha256 %s…, git %s\n", snap.ID, snap.Entries, humanBytes(snap.Bytes), snap.SHA256[:16], gitLine(snap.Git))
+
+	step("tether workspace rm %s   # the sandbox is destroyed", ws.Name)
 	if _, err := cl.DeleteWorkspace(ctx, ws.ID); err != nil {
 		return err
 	}
-	c.printf("removed %s; its runner and sandbox directory are gone\n", ws.ID)
-	step("done")
-	// Later capabilities (snapshot, restore, artifacts, services) join the journey here.
-	return nil
+	c.printf("removed %s (allocation %s); its runner and sandbox directory are gone\n", ws.ID, ws.AllocationID)
+
+	step("tether snapshot restore %s --name demo-restored", snap.ID)
+	res, err := cl.RestoreSnapshot(ctx, snap.ID, api.RestoreRequest{Name: "demo-restored"})
+	if err != nil {
+		return err
+	}
+	c.printf("workspace %s on a new allocation %s\n", res.Workspace.ID, res.Workspace.AllocationID)
+	step("tether exec demo-restored -- sh -c '%s'", state)
+	if _, err := cl.Exec(ctx, res.Workspace.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", state}}, nil, c.stdout, c.stderr); err != nil {
+		return err
+	}
+	step("tether snapshot ls %s", ws.Name)
+	if err := demoCLI("snapshot", "ls", ws.ID); err != nil {
+		return err
+	}
+	_, err = cl.DeleteWorkspace(ctx, res.Workspace.ID)
+	return err
 }
 
 // run runs a CLI command on c's streams, so the demo shows the CLI's real output.
