@@ -17,6 +17,7 @@ var httpStatus = map[protocol.Code]int{
 	protocol.CodeExists:          http.StatusConflict,
 	protocol.CodeConflict:        http.StatusConflict,
 	protocol.CodeStaleEpoch:      http.StatusConflict,
+	protocol.CodeLeaseHeld:       http.StatusLocked,
 	protocol.CodeUnauthorized:    http.StatusUnauthorized,
 	protocol.CodeRevoked:         http.StatusForbidden,
 	protocol.CodeUnsupported:     http.StatusNotImplemented,

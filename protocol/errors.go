@@ -37,6 +37,7 @@ const (
 	CodeInvalidRange         Code = "invalid_range"
 	CodeGitBusy              Code = "git_busy"
 	CodeCorrupt              Code = "corrupt"
+	CodeLeaseHeld            Code = "lease_held"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -67,6 +68,7 @@ var exitCodes = map[Code]int{
 	CodeInvalidRange:         23,
 	CodeGitBusy:              24,
 	CodeCorrupt:              25,
+	CodeLeaseHeld:            26,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -26,6 +26,7 @@ type Workspace struct {
 	AllocationID string    `json:"allocation_id"`
 	Root         string    `json:"root,omitempty"` // workspace root inside the sandbox
 	Connected    bool      `json:"connected"`      // the runner is connected right now
+	Epoch        uint64    `json:"epoch"`          // the writer epoch: grows with every lease and reopen
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }
@@ -51,12 +52,31 @@ type Run struct {
 	AllocationID string     `json:"allocation_id"`
 	Argv         []string   `json:"argv"`
 	Cwd          string     `json:"cwd,omitempty"`
+	Epoch        uint64     `json:"epoch"`
 	State        string     `json:"state"`
 	ExitCode     *int       `json:"exit_code,omitempty"`
 	Signal       int        `json:"signal,omitempty"`
 	Error        string     `json:"error,omitempty"`
 	StartedAt    time.Time  `json:"started_at"`
 	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+}
+
+// Lease is the single right to mutate a workspace. Its epoch is the fencing token every
+// mutating call carries; it only grows.
+type Lease struct {
+	WorkspaceID string    `json:"workspace_id"`
+	Holder      string    `json:"holder"`
+	Epoch       uint64    `json:"epoch"`
+	AcquiredAt  time.Time `json:"acquired_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
+// LeaseRequest is the body of POST (acquire) and PUT (renew) /v1/workspaces/{id}/lease.
+type LeaseRequest struct {
+	Holder string `json:"holder,omitempty"`
+	TTL    string `json:"ttl,omitempty"`  // duration, default 5m
+	Wait   string `json:"wait,omitempty"` // acquire: how long to wait for a held lease
+	Epoch  uint64 `json:"epoch,omitempty"`
 }
 
 // ErrorBody is every non-2xx response body.

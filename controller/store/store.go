@@ -67,5 +67,17 @@ type Store interface {
 	// SnapshotObjectKeys returns the object key of every receipt (the garbage sweep keeps these).
 	SnapshotObjectKeys(ctx context.Context) (map[string]bool, error)
 
+	// AcquireLease grants the writer lease with a new epoch unless a live one is held
+	// (CodeLeaseHeld). Atomic under any concurrency.
+	AcquireLease(ctx context.Context, workspaceID, holder string, ttl time.Duration) (api.Lease, error)
+	// RenewLease extends the live lease of that epoch (else CodeStaleEpoch).
+	RenewLease(ctx context.Context, workspaceID string, epoch uint64, ttl time.Duration) (api.Lease, error)
+	// ReleaseLease ends the live lease of that epoch (else CodeStaleEpoch).
+	ReleaseLease(ctx context.Context, workspaceID string, epoch uint64) error
+	// CurrentLease returns the live lease, if one is held.
+	CurrentLease(ctx context.Context, workspaceID string) (api.Lease, bool, error)
+	// BumpEpoch raises the epoch and drops any lease: every earlier writer is fenced.
+	BumpEpoch(ctx context.Context, workspaceID string) (uint64, error)
+
 	Close() error
 }

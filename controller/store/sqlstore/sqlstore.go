@@ -97,11 +97,11 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	return tx.Commit()
 }
 
-const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.created_at, w.updated_at`
+const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch, w.created_at, w.updated_at`
 
 func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace
-	err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.CreatedAt, &w.UpdatedAt)
+	err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch, &w.CreatedAt, &w.UpdatedAt)
 	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
 	return w, err
 }
@@ -252,8 +252,8 @@ func (s *DB) CreateRun(ctx context.Context, r api.Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, r.StartedAt.UTC())
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, epoch, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, int64(r.Epoch), r.StartedAt.UTC())
 	return err
 }
 
@@ -263,14 +263,14 @@ func (s *DB) FinishRun(ctx context.Context, id, state string, exitCode *int, sig
 	return affected(res, err, "run", id)
 }
 
-const runCols = `id, workspace_id, allocation_id, argv, cwd, state, exit_code, signal, error, started_at, finished_at`
+const runCols = `id, workspace_id, allocation_id, argv, cwd, state, epoch, exit_code, signal, error, started_at, finished_at`
 
 func scanRun(row interface{ Scan(...any) error }) (api.Run, error) {
 	var r api.Run
 	var argv string
 	var exit sql.NullInt64
 	var finished sql.NullTime
-	if err := row.Scan(&r.ID, &r.WorkspaceID, &r.AllocationID, &argv, &r.Cwd, &r.State, &exit, &r.Signal, &r.Error, &r.StartedAt, &finished); err != nil {
+	if err := row.Scan(&r.ID, &r.WorkspaceID, &r.AllocationID, &argv, &r.Cwd, &r.State, &r.Epoch, &exit, &r.Signal, &r.Error, &r.StartedAt, &finished); err != nil {
 		return r, err
 	}
 	r.StartedAt = r.StartedAt.UTC()

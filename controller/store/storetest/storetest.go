@@ -32,6 +32,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AllocationBySession", testAllocationBySession},
 		{"Runs", testRuns},
 		{"NotFound", testNotFound},
+		{"Leases", testLeases},
+		{"LeaseRace", testLeaseRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
