@@ -26,7 +26,7 @@ var clientUpgrader = websocket.Upgrader{
 // started, stdout, stderr and exit frames back. The run is recorded before it starts and settled
 // when the exit arrives.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.liveConn(r.Context(), r.PathValue("id"))
+	ws, _, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -60,12 +60,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	args.RunID = newID("run_")
 	run := api.Run{ID: args.RunID, WorkspaceID: ws.ID, AllocationID: ws.AllocationID, Argv: args.Argv,
-		Cwd: args.Cwd, State: api.RunRunning, StartedAt: time.Now().UTC()}
+		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: time.Now().UTC()}
 	if err := s.store.CreateRun(r.Context(), run); err != nil {
 		fail(err)
 		return
 	}
-	st, err := rc.Open(protocol.OpExec, args.RunID, args)
+	st, err := rc.Open(protocol.OpExec, args.RunID, epoch, args)
 	if err != nil {
 		_ = s.store.FinishRun(s.ctx, run.ID, api.RunFailed, nil, 0, err.Error(), time.Now().UTC())
 		fail(err)

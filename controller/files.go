@@ -42,14 +42,14 @@ func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
 	case q.Has("list"):
 		limit, _ := strconv.Atoi(q.Get("limit"))
 		var page protocol.FsListResult
-		if err := call(r.Context(), c, protocol.OpFsList, protocol.FsListArgs{Path: filePath(r), Cursor: q.Get("cursor"), Limit: limit}, &page); err != nil {
+		if err := call(r.Context(), c, protocol.OpFsList, 0, protocol.FsListArgs{Path: filePath(r), Cursor: q.Get("cursor"), Limit: limit}, &page); err != nil {
 			writeError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, page)
 	case q.Has("stat"):
 		var fi protocol.FileInfo
-		if err := call(r.Context(), c, protocol.OpFsStat, protocol.FsPathArgs{Path: filePath(r)}, &fi); err != nil {
+		if err := call(r.Context(), c, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: filePath(r)}, &fi); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -104,7 +104,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 		return
 	}
 	args.Path = filePath(r)
-	st, err := c.Open(protocol.OpFsRead, "", args)
+	st, err := c.Open(protocol.OpFsRead, "", 0, args)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -159,7 +159,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 }
 
 func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
-	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	_, c, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -180,7 +180,7 @@ func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res protocol.FsWriteResult
-	if err := callWithBody(r.Context(), c, protocol.OpFsWrite, args, r.Body, &res); err != nil {
+	if err := callWithBody(r.Context(), c, protocol.OpFsWrite, epoch, args, r.Body, &res); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -188,13 +188,13 @@ func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleFilesDelete(w http.ResponseWriter, r *http.Request) {
-	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	_, c, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	args := protocol.FsPathArgs{Path: filePath(r), Recursive: r.URL.Query().Get("recursive") == "true"}
-	if err := call(r.Context(), c, protocol.OpFsRemove, args, nil); err != nil {
+	if err := call(r.Context(), c, protocol.OpFsRemove, epoch, args, nil); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -204,7 +204,7 @@ func (s *Server) handleFilesDelete(w http.ResponseWriter, r *http.Request) {
 // handleFilesPost carries the operations that are neither reads nor writes of content:
 // ?op=mkdir[&parents=true][&mode=0755], ?op=rename&to=PATH[&replace=true], ?op=chmod&mode=0644.
 func (s *Server) handleFilesPost(w http.ResponseWriter, r *http.Request) {
-	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	_, c, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -220,19 +220,19 @@ func (s *Server) handleFilesPost(w http.ResponseWriter, r *http.Request) {
 	var fi protocol.FileInfo
 	switch op := q.Get("op"); op {
 	case "mkdir":
-		err = call(r.Context(), c, protocol.OpFsMkdir, protocol.FsPathArgs{Path: filePath(r), Parents: q.Get("parents") == "true", Mode: uint32(mode)}, &fi)
+		err = call(r.Context(), c, protocol.OpFsMkdir, epoch, protocol.FsPathArgs{Path: filePath(r), Parents: q.Get("parents") == "true", Mode: uint32(mode)}, &fi)
 	case "rename":
 		if q.Get("to") == "" {
 			err = protocol.Errorf(protocol.CodeInvalidArgument, "rename needs ?to=PATH")
 			break
 		}
-		err = call(r.Context(), c, protocol.OpFsRename, protocol.FsRenameArgs{From: filePath(r), To: q.Get("to"), Replace: q.Get("replace") == "true"}, &fi)
+		err = call(r.Context(), c, protocol.OpFsRename, epoch, protocol.FsRenameArgs{From: filePath(r), To: q.Get("to"), Replace: q.Get("replace") == "true"}, &fi)
 	case "chmod":
 		if q.Get("mode") == "" {
 			err = protocol.Errorf(protocol.CodeInvalidArgument, "chmod needs ?mode=OCTAL")
 			break
 		}
-		err = call(r.Context(), c, protocol.OpFsChmod, protocol.FsPathArgs{Path: filePath(r), Mode: uint32(mode)}, &fi)
+		err = call(r.Context(), c, protocol.OpFsChmod, epoch, protocol.FsPathArgs{Path: filePath(r), Mode: uint32(mode)}, &fi)
 	default:
 		err = protocol.Errorf(protocol.CodeInvalidArgument, "unknown files operation %q (want mkdir, rename or chmod)", op)
 	}

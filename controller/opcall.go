@@ -30,8 +30,8 @@ func (s *Server) runnerFor(ctx context.Context, idOrName string) (*hub.Conn, err
 }
 
 // call runs an operation without a body and decodes its result into out.
-func call(ctx context.Context, c *hub.Conn, op string, args, out any) error {
-	st, err := c.Open(op, "", args)
+func call(ctx context.Context, c *hub.Conn, op string, epoch uint64, args, out any) error {
+	st, err := c.Open(op, "", epoch, args)
 	if err != nil {
 		return err
 	}
@@ -70,8 +70,8 @@ func decodeResult(tr protocol.Trailer, out any) error {
 // callWithBody runs an operation whose body is src and decodes its result into out. The runner
 // may answer before the body is complete (it refused the operation); then sending stops at once
 // instead of pushing the rest of a large upload at a peer that no longer reads.
-func callWithBody(ctx context.Context, c *hub.Conn, op string, args any, src io.Reader, out any) error {
-	st, err := c.Open(op, "", args)
+func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, args any, src io.Reader, out any) error {
+	st, err := c.Open(op, "", epoch, args)
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,11 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim 
 			return refuse(protocol.AsError(err))
 		}
 	}
-	welcome, err := json.Marshal(protocol.Welcome{Protocol: version, WorkspaceID: alloc.WorkspaceID, SessionToken: session})
+	ws, err := s.store.GetWorkspace(s.ctx, alloc.WorkspaceID)
+	if err != nil {
+		return hello, 0, err
+	}
+	welcome, err := json.Marshal(protocol.Welcome{Protocol: version, WorkspaceID: alloc.WorkspaceID, SessionToken: session, Epoch: ws.Epoch})
 	if err != nil {
 		return hello, 0, err
 	}

@@ -50,7 +50,7 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: ws.ID, Encrypted: s.encrypt}
+	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: ws.ID, Epoch: ws.Epoch, Encrypted: s.encrypt}
 	if len(prev) > 0 {
 		snap.Parent = prev[len(prev)-1].ID
 	}
@@ -59,7 +59,7 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 	if snap.Encrypted {
 		args.Recipient = s.identity.Recipient().String()
 	}
-	st, err := c.Open(protocol.OpSnapshotCapture, snap.ID, args)
+	st, err := c.Open(protocol.OpSnapshotCapture, snap.ID, 0, args)
 	if err != nil {
 		return snap, err
 	}
@@ -91,6 +91,13 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 	}
 	if err := decodeResult(final, &snap.Summary); err != nil {
 		return discard(err)
+	}
+	// A receipt records the tree of one writer epoch; if a new writer took over meanwhile, what
+	// was captured may mix two writers' work.
+	if now, err := s.store.GetWorkspace(ctx, ws.ID); err != nil {
+		return discard(err)
+	} else if now.Epoch != snap.Epoch {
+		return discard(protocol.Errorf(protocol.CodeStaleEpoch, "the writer epoch moved from %d to %d during the capture", snap.Epoch, now.Epoch))
 	}
 	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
@@ -228,7 +235,7 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 	defer closeArchive()
 	var summary protocol.SnapshotSummary
 	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
-	if err := callWithBody(ctx, c, protocol.OpSnapshotRestore, args, archive, &summary); err != nil {
+	if err := callWithBody(ctx, c, protocol.OpSnapshotRestore, ws.Epoch, args, archive, &summary); err != nil {
 		return fail(err)
 	}
 	ws, err = s.workspace(ctx, ws.ID)

@@ -204,13 +204,13 @@ func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, 
 // handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,
 // which publishes it only once the whole stream arrived and verified.
 func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
-	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	_, c, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var res protocol.TreeImportResult
-	if err := callWithBody(r.Context(), c, protocol.OpTreeImport, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
+	if err := callWithBody(r.Context(), c, protocol.OpTreeImport, epoch, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
 		writeError(w, err)
 		return
 	}

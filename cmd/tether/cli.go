@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,12 +25,14 @@ type cli struct {
 	stdout, stderr io.Writer
 	addr, token    string
 	data           string
+	epoch          string // the writer epoch to claim (--epoch, TETHER_EPOCH)
 }
 
 func (c *cli) addGlobalFlags(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&c.addr, "addr", "", "controller address (env TETHER_ADDR, default "+defaultAddr+")")
 	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator token (env TETHER_TOKEN, default read from DATA/operator.token)")
 	cmd.PersistentFlags().StringVar(&c.data, "data", "", "controller data directory (env TETHER_DATA, default ~/.tether)")
+	cmd.PersistentFlags().StringVar(&c.epoch, "epoch", "", "writer epoch from `tether lease acquire` that writes claim (env TETHER_EPOCH)")
 }
 
 // dataDir resolves --data, then TETHER_DATA, then ~/.tether.
@@ -64,7 +67,28 @@ func (c *cli) client() (*client.Client, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	return client.New(addr, token)
+	cl, err := client.New(addr, token)
+	if err != nil {
+		return nil, err
+	}
+	if e := firstNonEmpty(c.epoch, os.Getenv("TETHER_EPOCH")); e != "" {
+		n, err := strconv.ParseUint(e, 10, 64)
+		if err != nil || n == 0 {
+			return nil, usageError{fmt.Errorf("--epoch %q: want a positive integer", e)}
+		}
+		cl = cl.WithEpoch(n)
+	}
+	return cl, nil
+}
+
+// requireEpoch is the epoch a lease command names (--epoch or TETHER_EPOCH).
+func (c *cli) requireEpoch() (uint64, error) {
+	e := firstNonEmpty(c.epoch, os.Getenv("TETHER_EPOCH"))
+	n, err := strconv.ParseUint(e, 10, 64)
+	if err != nil || n == 0 {
+		return 0, usageError{fmt.Errorf("this command needs --epoch N (or TETHER_EPOCH)")}
+	}
+	return n, nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -21,6 +22,24 @@ type Client struct {
 	base  *url.URL
 	token string
 	http  *http.Client
+	epoch uint64 // the writer epoch mutating calls claim; 0: none
+}
+
+// headerEpoch is controller.HeaderEpoch.
+const headerEpoch = "X-Tether-Epoch"
+
+// WithEpoch returns a client whose calls claim the writer epoch e (from a lease).
+func (c *Client) WithEpoch(e uint64) *Client {
+	cc := *c
+	cc.epoch = e
+	return &cc
+}
+
+func (c *Client) authorize(req *http.Request) {
+	req.Header.Set("Authorization", protocol.Bearer(c.token))
+	if c.epoch > 0 {
+		req.Header.Set(headerEpoch, strconv.FormatUint(c.epoch, 10))
+	}
 }
 
 // New makes a client for the controller at addr (http://host:port) using the operator token.
@@ -52,7 +71,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", protocol.Bearer(c.token))
+	c.authorize(req)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ func (c *Client) Exec(ctx context.Context, id string, args protocol.ExecArgs, st
 	u.Path += "/v1/workspaces/" + url.PathEscape(id) + "/exec"
 	h := http.Header{}
 	h.Set("Authorization", protocol.Bearer(c.token))
+	if c.epoch > 0 {
+		h.Set(headerEpoch, strconv.FormatUint(c.epoch, 10))
+	}
 	dialer := websocket.Dialer{EnableCompression: false, ReadBufferSize: 256 << 10, WriteBufferSize: 64 << 10, HandshakeTimeout: 30 * time.Second}
 	conn, resp, err := dialer.DialContext(ctx, u.String(), h)
 	if err != nil {

@@ -74,7 +74,7 @@ func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o Read
 	if err != nil {
 		return ReadResult{}, err
 	}
-	req.Header.Set("Authorization", protocol.Bearer(c.token))
+	c.authorize(req)
 	ranged := o.Offset > 0 || o.Length > 0
 	if ranged {
 		end := ""
@@ -167,7 +167,7 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	if err != nil {
 		return res, err
 	}
-	req.Header.Set("Authorization", protocol.Bearer(c.token))
+	c.authorize(req)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	if o.SHA256 != "" {
 		req.Header.Set(headerSHA256, o.SHA256)

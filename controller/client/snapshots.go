@@ -48,7 +48,7 @@ func (c *Client) ExportSnapshot(ctx context.Context, id string, w io.Writer) (in
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", protocol.Bearer(c.token))
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))

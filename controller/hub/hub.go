@@ -111,8 +111,10 @@ func NewConn(sess *yamux.Session, allocationID, workspaceID string, hello protoc
 		ConnectedAt: time.Now(), sess: sess}
 }
 
-// Open opens an operation stream and sends its header; the caller closes the stream.
-func (c *Conn) Open(op, id string, args any) (*yamux.Stream, error) {
+// Open opens an operation stream and sends its header, carrying the writer epoch the operation
+// runs under (the runner fences mutating operations with an older one); the caller closes the
+// stream.
+func (c *Conn) Open(op, id string, epoch uint64, args any) (*yamux.Stream, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return nil, err
@@ -121,7 +123,7 @@ func (c *Conn) Open(op, id string, args any) (*yamux.Stream, error) {
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
 	}
-	if err := protocol.WriteJSON(st, protocol.Header{Op: op, ID: id, Args: raw}); err != nil {
+	if err := protocol.WriteJSON(st, protocol.Header{Op: op, ID: id, Epoch: epoch, Args: raw}); err != nil {
 		st.Close()
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
 	}
