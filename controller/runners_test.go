@@ -62,7 +62,7 @@ func (tc *testController) addAllocation(t *testing.T, name string) allocation {
 	t.Helper()
 	token := newToken(prefixBootstrap)
 	now := time.Now().UTC()
-	w := api.Workspace{ID: newID("ws_"), Name: name, Provider: "local", State: api.StateCreating,
+	w := api.Workspace{ID: newID("ws_"), Name: name, Provider: "local", State: api.StateProvisioning,
 		AllocationID: newID("al_"), CreatedAt: now, UpdatedAt: now}
 	a := store.Allocation{ID: w.AllocationID, WorkspaceID: w.ID, Provider: "local", State: store.AllocStarting,
 		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
@@ -420,7 +420,7 @@ func TestOperatorAPIAuth(t *testing.T) {
 		}
 	}
 	// Nothing was done by the refused calls.
-	if ws, err := tc.s.store.ListWorkspaces(context.Background(), true); err != nil || len(ws) != 1 || ws[0].State != api.StateCreating {
+	if ws, err := tc.s.store.ListWorkspaces(context.Background(), true); err != nil || len(ws) != 1 || ws[0].State != api.StateProvisioning {
 		t.Fatalf("refused calls changed workspaces: %+v, %v", ws, err)
 	}
 

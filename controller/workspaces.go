@@ -57,7 +57,7 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 		return api.Workspace{}, err
 	}
 	now := time.Now().UTC()
-	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateCreating,
+	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateProvisioning,
 		AllocationID: newID("al_"), CreatedAt: now, UpdatedAt: now}
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
@@ -84,7 +84,7 @@ func (s *Server) provision(ctx context.Context, prov provider.Provider, ws api.W
 	fail := func(reason string) {
 		s.log.Warn("workspace failed", "workspace", ws.ID, "reason", reason)
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
-		_ = s.store.UpdateWorkspace(ctx, ws.ID, api.StateFailed, reason)
+		_ = s.store.UpdateWorkspace(ctx, ws.ID, api.StateFailed, reason, "provisioning failed")
 	}
 	alloc, err := prov.Create(ctx, provider.CreateRequest{
 		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
@@ -107,7 +107,7 @@ func (s *Server) provision(ctx context.Context, prov provider.Provider, ws api.W
 		}
 		return
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, ""); err != nil {
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, "", "runner connected (hello)"); err != nil {
 		s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
 	}
 }
@@ -179,7 +179,7 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 	if err := prov.Destroy(ctx, ws.AllocationID); err != nil {
 		return ws, protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err)
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, ""); err != nil {
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, "", "workspace rm"); err != nil {
 		return ws, err
 	}
 	ws.State, ws.Connected = api.StateDeleted, false

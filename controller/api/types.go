@@ -10,10 +10,13 @@ import (
 
 // Workspace states.
 const (
-	StateCreating = "creating"
-	StateReady    = "ready"
-	StateFailed   = "failed"
-	StateDeleted  = "deleted"
+	StateProvisioning = "provisioning"
+	StateReady        = "ready"
+	StateFailed       = "failed"
+	StateClosing      = "closing"
+	StateClosed       = "closed"
+	StateReopening    = "reopening"
+	StateDeleted      = "deleted"
 )
 
 // Workspace is a durable unit of work.
@@ -77,6 +80,14 @@ type LeaseRequest struct {
 	TTL    string `json:"ttl,omitempty"`  // duration, default 5m
 	Wait   string `json:"wait,omitempty"` // acquire: how long to wait for a held lease
 	Epoch  uint64 `json:"epoch,omitempty"`
+}
+
+// Event is one recorded state transition of a workspace.
+type Event struct {
+	At    time.Time `json:"at"`
+	From  string    `json:"from,omitempty"`
+	To    string    `json:"to"`
+	Cause string    `json:"cause"`
 }
 
 // ErrorBody is every non-2xx response body.

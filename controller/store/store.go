@@ -39,7 +39,12 @@ type Store interface {
 	GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 	// ListWorkspaces lists workspaces oldest first, without deleted ones unless all.
 	ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error)
-	UpdateWorkspace(ctx context.Context, id, state, reason string) error
+	// UpdateWorkspace moves a workspace to state and records the transition with its cause.
+	UpdateWorkspace(ctx context.Context, id, state, reason, cause string) error
+	// ListEvents returns a workspace's transitions, oldest first.
+	ListEvents(ctx context.Context, workspaceID string) ([]api.Event, error)
+	// AddAllocation records a new allocation for an existing workspace and makes it current.
+	AddAllocation(ctx context.Context, a Allocation) error
 
 	GetAllocation(ctx context.Context, id string) (Allocation, error)
 	UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error

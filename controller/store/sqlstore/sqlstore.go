@@ -94,6 +94,9 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
 		return fmt.Errorf("insert allocation: %w", err)
 	}
+	if err := s.addEvent(ctx, tx, w.ID, "", w.State, "created", w.CreatedAt.UTC()); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 
@@ -135,9 +138,27 @@ func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, err
 	return out, rows.Err()
 }
 
-func (s *DB) UpdateWorkspace(ctx context.Context, id, state, reason string) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ?`), state, reason, s.now(), id)
-	return affected(res, err, "workspace", id)
+func (s *DB) UpdateWorkspace(ctx context.Context, id, state, reason, cause string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var from string
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), id).Scan(&from); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("workspace", id)
+		}
+		return err
+	}
+	now := s.now()
+	if _, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ?`), state, reason, now, id); err != nil {
+		return err
+	}
+	if err := s.addEvent(ctx, tx, id, from, state, cause, now); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 func affected(res sql.Result, err error, kind, id string) error {

@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
+		{"EventsAndAllocations", testEventsAndAllocations},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +59,7 @@ var seq atomic.Int64
 func Fixture(name string, at time.Time, h string) (api.Workspace, store.Allocation) {
 	n := seq.Add(1)
 	wsID, allocID := fmt.Sprintf("ws_%s_%d", name, n), fmt.Sprintf("al_%s_%d", name, n)
-	w := api.Workspace{ID: wsID, Name: name, Provider: "local", State: api.StateCreating,
+	w := api.Workspace{ID: wsID, Name: name, Provider: "local", State: api.StateProvisioning,
 		AllocationID: allocID, CreatedAt: at, UpdatedAt: at}
 	a := store.Allocation{ID: allocID, WorkspaceID: wsID, Provider: "local", State: store.AllocStarting,
 		BootstrapHash: h, CreatedAt: at, UpdatedAt: at}
@@ -133,7 +134,7 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	got, _ = s.GetWorkspace(ctx, w2.ID)
 	sameWorkspace(t, got, w2)
 
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "provider said no"); err != nil {
+	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "provider said no", "test"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.GetWorkspace(ctx, w1.ID)
@@ -143,7 +144,7 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	if got.UpdatedAt.Before(w1.UpdatedAt) || !got.CreatedAt.Equal(w1.CreatedAt) {
 		t.Fatalf("update moved CreatedAt or UpdatedAt backwards: %+v", got)
 	}
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateReady, ""); err != nil {
+	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateReady, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ = s.GetWorkspace(ctx, w1.ID); got.State != api.StateReady || got.Reason != "" {
@@ -159,7 +160,7 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	}
 
 	// Deleted workspaces are hidden unless all, still found by id, no longer by name.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, ""); err != nil {
+	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ = s.ListWorkspaces(ctx, false); !slices.Equal(ids(list), []string{w2.ID}) {
@@ -221,13 +222,13 @@ func testDuplicateName(t *testing.T, s store.Store) {
 	}
 
 	// A failed workspace still holds its name.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "x"); err != nil {
+	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "x", "test"); err != nil {
 		t.Fatal(err)
 	}
 	wantCode(t, "name of a failed workspace", s.CreateWorkspace(ctx, w2, a2), protocol.CodeExists)
 
 	// A deleted one's name is free again.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, ""); err != nil {
+	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateWorkspace(ctx, w2, a2); err != nil {
@@ -471,7 +472,7 @@ func testNotFound(t *testing.T, s store.Store) {
 	create(t, s, "present", base)
 	_, err := s.GetWorkspace(ctx, "ws_missing")
 	wantCode(t, "GetWorkspace", err, protocol.CodeNotFound)
-	wantCode(t, "UpdateWorkspace", s.UpdateWorkspace(ctx, "ws_missing", api.StateReady, ""), protocol.CodeNotFound)
+	wantCode(t, "UpdateWorkspace", s.UpdateWorkspace(ctx, "ws_missing", api.StateReady, "", "test"), protocol.CodeNotFound)
 	_, err = s.GetAllocation(ctx, "al_missing")
 	wantCode(t, "GetAllocation", err, protocol.CodeNotFound)
 	wantCode(t, "UpdateAllocation", s.UpdateAllocation(ctx, "al_missing", store.AllocConnected, "/x", "v"), protocol.CodeNotFound)
