@@ -13,6 +13,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
@@ -42,9 +43,14 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	c, err := s.runnerFor(ctx, ws.ID)
-	if err != nil {
-		return api.Snapshot{}, err
+	return s.captureWorkspace(ctx, ws)
+}
+
+// captureWorkspace captures ws from its connected runner (ready, or closing).
+func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok {
+		return api.Snapshot{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
 	}
 	prev, err := s.store.ListSnapshots(ctx, ws.ID)
 	if err != nil {
@@ -228,14 +234,7 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 	if err != nil {
 		return fail(err)
 	}
-	archive, closeArchive, err := s.openArchive(ctx, snap)
-	if err != nil {
-		return fail(err)
-	}
-	defer closeArchive()
-	var summary protocol.SnapshotSummary
-	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
-	if err := callWithBody(ctx, c, protocol.OpSnapshotRestore, ws.Epoch, args, archive, &summary); err != nil {
+	if err := s.restoreInto(ctx, c, snap, ws.Epoch); err != nil {
 		return fail(err)
 	}
 	ws, err = s.workspace(ctx, ws.ID)
@@ -301,4 +300,17 @@ func (s *Server) verifySnapshot(ctx context.Context, snap api.Snapshot) (api.Ver
 		return api.VerifyResult{}, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: manifest totals differ from the receipt", snap.ID)
 	}
 	return api.VerifyResult{ID: snap.ID, OK: true, Bytes: snap.Bytes, SHA256: snap.SHA256}, nil
+}
+
+// restoreInto streams a snapshot, checked against its receipt as it flows, into the empty
+// workspace of runner c, which publishes it only when every entry matched the manifest.
+func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot, epoch uint64) error {
+	archive, closeArchive, err := s.openArchive(ctx, snap)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
+	var summary protocol.SnapshotSummary
+	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
+	return callWithBody(ctx, c, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
 }

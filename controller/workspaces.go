@@ -70,7 +70,14 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	go func() {
 		defer s.bg.Done()
 		defer close(done)
-		s.provision(s.ctx, prov, ws, token)
+		if err := s.startAllocation(s.ctx, prov, ws, token); err != nil {
+			s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
+			_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "provisioning failed")
+			return
+		}
+		if err := s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateReady, "", "runner connected and answered a probe"); err != nil {
+			s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
+		}
 	}()
 	select {
 	case <-done:
@@ -80,36 +87,38 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	return s.workspace(context.WithoutCancel(ctx), ws.ID)
 }
 
-func (s *Server) provision(ctx context.Context, prov provider.Provider, ws api.Workspace, token string) {
-	fail := func(reason string) {
-		s.log.Warn("workspace failed", "workspace", ws.ID, "reason", reason)
+// startAllocation has the provider start ws's current allocation and waits until its runner
+// said hello and answered a probe: a created record is not readiness. On failure the allocation
+// is revoked (a late runner is refused) and whatever the provider started is stopped.
+func (s *Server) startAllocation(ctx context.Context, prov provider.Provider, ws api.Workspace, token string) error {
+	fail := func(reason string) error {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
-		_ = s.store.UpdateWorkspace(ctx, ws.ID, api.StateFailed, reason, "provisioning failed")
+		if err := prov.Stop(context.WithoutCancel(ctx), ws.AllocationID); err != nil {
+			s.log.Warn("stop failed allocation", "allocation", ws.AllocationID, "err", err)
+		}
+		return protocol.Errorf(protocol.CodeProviderFailed, "%s", reason)
 	}
 	alloc, err := prov.Create(ctx, provider.CreateRequest{
 		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
 		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary,
 	})
 	if err != nil {
-		fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))
-		return
+		return fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))
 	}
 	if alloc.Root != "" {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocStarting, alloc.Root, "")
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	if _, err := s.hub.Wait(waitCtx, ws.AllocationID); err != nil {
-		// Revoke first, so a runner that connects late is refused, then stop what was started.
-		fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
-		if err := prov.Stop(context.WithoutCancel(ctx), ws.AllocationID); err != nil {
-			s.log.Warn("stop failed allocation", "allocation", ws.AllocationID, "err", err)
-		}
-		return
+	c, err := s.hub.Wait(waitCtx, ws.AllocationID)
+	if err != nil {
+		return fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, "", "runner connected (hello)"); err != nil {
-		s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
+	var root protocol.FileInfo
+	if err := call(waitCtx, c, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
+		return fail(fmt.Sprintf("runner connected but failed its probe: %v", err))
 	}
+	return nil
 }
 
 // workspace loads a workspace (by id or name) with its live connection state.
@@ -167,17 +176,9 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 	if err != nil {
 		return ws, err
 	}
-	prov, err := s.providerFor(ctx, ws.Provider)
-	if err != nil {
+	// The runner's session is revoked before the sandbox goes, so it cannot reconnect between.
+	if err := s.releaseAllocation(ctx, ws); err != nil {
 		return ws, err
-	}
-	// Revoke the runner's session before destroying, so it cannot reconnect in between.
-	if err := s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
-		return ws, err
-	}
-	s.hub.Disconnect(ws.AllocationID)
-	if err := prov.Destroy(ctx, ws.AllocationID); err != nil {
-		return ws, protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err)
 	}
 	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, "", "workspace rm"); err != nil {
 		return ws, err

@@ -26,7 +26,7 @@ func Mutating(op string) bool {
 
 // Capabilities this build of the runner advertises.
 var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
-	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch}
+	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch, OpTreeDigest}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

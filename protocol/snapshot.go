@@ -11,6 +11,9 @@ const (
 	// OpSnapshotRestore extracts the (plain, zstd) archive in the request body into an empty
 	// workspace, verified against its manifest, and publishes it only when whole.
 	OpSnapshotRestore = "snapshot_restore"
+	// OpTreeDigest walks the workspace exactly as a capture would and answers with the summary
+	// (its Tree digest tells whether anything changed since a receipt), storing nothing.
+	OpTreeDigest = "tree_digest"
 )
 
 // SnapshotCaptureArgs are the arguments of OpSnapshotCapture.
@@ -36,7 +39,10 @@ type SnapshotSummary struct {
 	Skipped   int             `json:"skipped,omitempty"`
 	Git       json.RawMessage `json:"git,omitempty"`
 	Parent    string          `json:"parent,omitempty"`
-	Manifest  string          `json:"manifest_sha256"` // SHA-256 of the manifest JSON as archived
+	Manifest  string          `json:"manifest_sha256"` // SHA-256 of the manifest's canonical JSON
+	// Tree is the SHA-256 of the entries' canonical JSON (paths, types, modes, sizes, content
+	// hashes, link targets, mtimes): two captures of an unchanged tree have the same Tree.
+	Tree string `json:"tree_sha256"`
 	Tool      string          `json:"tool_version,omitempty"`
 	Encrypted bool            `json:"encrypted,omitempty"`
 }

@@ -104,6 +104,9 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 		r.fsRead(st, h)
 	case protocol.OpSnapshotCapture:
 		r.snapshotCapture(ctx, st, h)
+	case protocol.OpTreeDigest:
+		res, err := r.treeDigest(ctx, h)
+		writeTrailer(st, res, err)
 	case protocol.OpSnapshotRestore:
 		res, err := r.snapshotRestore(ctx, st, h)
 		writeTrailer(st, res, err)

@@ -88,7 +88,13 @@ func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
 		return protocol.SnapshotSummary{}, err
 	}
 	sum := sha256.Sum256(raw)
+	entries, err := json.Marshal(m.Entries)
+	if err != nil {
+		return protocol.SnapshotSummary{}, err
+	}
+	tree := sha256.Sum256(entries)
 	s := protocol.SnapshotSummary{
+		Tree: hex.EncodeToString(tree[:]),
 		Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs, Symlinks: m.Totals.Symlinks,
 		Bytes: m.Totals.Bytes, Skipped: len(m.Skipped), Parent: m.Parent, Tool: m.ToolVersion,
 		Manifest: hex.EncodeToString(sum[:]),
@@ -124,4 +130,14 @@ func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, h protoc
 		return err
 	})
 	return out, err
+}
+
+// treeDigest captures into nothing: the walk, the change checks and the hashes of a capture,
+// for the summary alone.
+func (r *Runner) treeDigest(ctx context.Context, h protocol.Header) (protocol.SnapshotSummary, error) {
+	var args protocol.SnapshotCaptureArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return protocol.SnapshotSummary{}, err
+	}
+	return r.capture(ctx, io.Discard, nil, args)
 }

@@ -40,7 +40,7 @@ func newRunCmd(c *cli) *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.AddCommand(ls)
+	cmd.AddCommand(ls, newRunShowCmd(c))
 	return cmd
 }
 

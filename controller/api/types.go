@@ -134,3 +134,30 @@ type VerifyResult struct {
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
 }
+
+// CloseCheck answers whether a workspace can close now and what closing would do.
+type CloseCheck struct {
+	Ready          bool     `json:"ready"`
+	PendingChanges bool     `json:"pending_changes"` // the tree differs from the last receipt
+	ActiveRuns     int      `json:"active_runs"`
+	LastSnapshot   string   `json:"last_snapshot,omitempty"`
+	Reasons        []string `json:"reasons"`
+}
+
+// CloseRequest is the body of POST /v1/workspaces/{id}/close.
+type CloseRequest struct {
+	Check      bool `json:"check,omitempty"`       // only report, change nothing
+	CancelRuns bool `json:"cancel_runs,omitempty"` // close even with runs still going (they are killed)
+}
+
+// CloseResult answers a close: the closed workspace and the snapshot that holds its work.
+type CloseResult struct {
+	Workspace Workspace `json:"workspace"`
+	Snapshot  *Snapshot `json:"snapshot,omitempty"` // captured by this close, when there were changes
+	Saved     string    `json:"saved_in"`           // the receipt the workspace reopens from
+}
+
+// ReopenRequest is the body of POST /v1/workspaces/{id}/reopen.
+type ReopenRequest struct {
+	Provider string `json:"provider,omitempty"`
+}

@@ -169,3 +169,32 @@ func (c *Client) ListRuns(ctx context.Context, id string) ([]api.Run, error) {
 	var out []api.Run
 	return out, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id)+"/runs", nil, nil, "", &out)
 }
+
+// CloseWorkspace closes (or, with req.Check, only checks) a workspace.
+func (c *Client) CloseWorkspace(ctx context.Context, id string, req api.CloseRequest, out any) error {
+	body, err := jsonBody(req)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/close", nil, body, "application/json", out)
+}
+
+// ReopenWorkspace restores a closed workspace onto a new allocation.
+func (c *Client) ReopenWorkspace(ctx context.Context, id string, req api.ReopenRequest) (api.Workspace, error) {
+	var ws api.Workspace
+	body, err := jsonBody(req)
+	if err != nil {
+		return ws, err
+	}
+	return ws, c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/reopen", nil, body, "application/json", &ws)
+}
+
+func (c *Client) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
+	var out []api.Event
+	return out, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id)+"/events", nil, nil, "", &out)
+}
+
+func (c *Client) GetRun(ctx context.Context, id string) (api.Run, error) {
+	var r api.Run
+	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, "", &r)
+}

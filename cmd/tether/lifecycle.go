@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller/api"
+)
+
+func newWorkspaceCloseCmd(c *cli) *cobra.Command {
+	var req api.CloseRequest
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "close ID [--check] [--cancel-runs]",
+		Short: "Save unsaved work (a verified snapshot) and release the sandbox; --check only reports",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if req.Check {
+				var chk api.CloseCheck
+				if err := cl.CloseWorkspace(cmd.Context(), args[0], req, &chk); err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(chk)
+				}
+				c.printf("ready: %v, pending changes: %v, active runs: %d\n", chk.Ready, chk.PendingChanges, chk.ActiveRuns)
+				for _, r := range chk.Reasons {
+					c.printf("- %s\n", r)
+				}
+				return nil
+			}
+			var res api.CloseResult
+			if err := cl.CloseWorkspace(cmd.Context(), args[0], req, &res); err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(res)
+			}
+			if res.Snapshot != nil {
+				c.printf("saved %s in %s (%d entries)\n", res.Workspace.ID, res.Snapshot.ID, res.Snapshot.Entries)
+			}
+			c.printf("%s closed; reopens from %s\n", res.Workspace.ID, firstNonEmpty(res.Saved, "an empty tree"))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&req.Check, "check", false, "only report whether it can close and what it would save")
+	cmd.Flags().BoolVar(&req.CancelRuns, "cancel-runs", false, "close even with active runs, killing them")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newWorkspaceReopenCmd(c *cli) *cobra.Command {
+	var req api.ReopenRequest
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "reopen ID [--provider P]",
+		Short: "Restore a closed workspace's last snapshot onto a new allocation",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.ReopenWorkspace(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(ws)
+			}
+			c.printf("%s ready on allocation %s (epoch %d)\n", ws.ID, ws.AllocationID, ws.Epoch)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider of the new allocation (default: the workspace's)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
+	return cmd
+}
+
+func newWorkspaceEventsCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events ID",
+		Short: "Every state change of a workspace, with time and cause",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			evs, err := cl.ListEvents(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(evs)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tFROM\tTO\tCAUSE")
+			for _, e := range evs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.At.Local().Format(time.RFC3339), firstNonEmpty(e.From, "-"), e.To, e.Cause)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func newRunShowCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show RUN",
+		Short: "One run: which workspace, which allocation, which writer epoch, how it ended",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			r, err := cl.GetRun(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(r)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			for _, row := range [][2]string{
+				{"Run", r.ID}, {"Workspace", r.WorkspaceID}, {"Allocation", r.AllocationID}, {"Epoch", fmt.Sprint(r.Epoch)},
+				{"Command", strings.Join(r.Argv, " ")}, {"State", r.State}, {"Exit", exitText(r)}, {"Error", r.Error},
+				{"Started", r.StartedAt.Local().Format(time.RFC3339)}, {"Duration", duration(r)},
+			} {
+				if row[1] != "" {
+					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	return cmd
+}

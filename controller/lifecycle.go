@@ -1,0 +1,268 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// lastReceipt is the workspace's newest snapshot, if any.
+func (s *Server) lastReceipt(ctx context.Context, wsID string) (*api.Snapshot, error) {
+	list, err := s.store.ListSnapshots(ctx, wsID)
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	return &list[len(list)-1], nil
+}
+
+// closeCheck reports what closing would do, changing nothing. Pending changes are decided by
+// walking the live tree as a capture would and comparing its digest with the last receipt's.
+func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseCheck, error) {
+	chk := api.CloseCheck{Reasons: []string{}}
+	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
+	if err != nil {
+		return chk, err
+	}
+	chk.ActiveRuns = len(running)
+	if chk.ActiveRuns > 0 {
+		chk.Reasons = append(chk.Reasons, fmt.Sprintf("%d run(s) still active", chk.ActiveRuns))
+	}
+	last, err := s.lastReceipt(ctx, ws.ID)
+	if err != nil {
+		return chk, err
+	}
+	if last != nil {
+		chk.LastSnapshot = last.ID
+	}
+	if ws.State != api.StateReady {
+		chk.Reasons = append(chk.Reasons, "workspace is "+ws.State)
+		return chk, nil
+	}
+	c, err := s.runnerFor(ctx, ws.ID)
+	if err != nil {
+		chk.Reasons = append(chk.Reasons, "runner not connected: changes cannot be checked or saved")
+		return chk, nil
+	}
+	var digest protocol.SnapshotSummary
+	if err := call(ctx, c, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
+		return chk, err
+	}
+	chk.PendingChanges = last == nil || last.Summary.Tree == "" || last.Summary.Tree != digest.Tree
+	if chk.PendingChanges {
+		chk.Reasons = append(chk.Reasons, "changes since the last snapshot: close captures one first")
+	}
+	chk.Ready = chk.ActiveRuns == 0
+	return chk, nil
+}
+
+func (s *Server) handleClose(w http.ResponseWriter, r *http.Request) {
+	var req api.CloseRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Check {
+		chk, err := s.closeCheck(r.Context(), ws)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, chk)
+		return
+	}
+	res, err := s.CloseWorkspace(r.Context(), ws, req.CancelRuns)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// CloseWorkspace saves the workspace and releases its sandbox. Nothing is lost: if the tree
+// changed since the last receipt, a snapshot is captured and verified first, and if that fails
+// the close is refused and nothing is released.
+func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRuns bool) (api.CloseResult, error) {
+	if ws.State != api.StateReady {
+		return api.CloseResult{}, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s; only a ready workspace closes", ws.ID, ws.State)
+	}
+	chk, err := s.closeCheck(ctx, ws)
+	if err != nil {
+		return api.CloseResult{}, err
+	}
+	if chk.ActiveRuns > 0 && !cancelRuns {
+		return api.CloseResult{}, protocol.Errorf(protocol.CodeConflict, "workspace %s has %d active run(s); pass --cancel-runs to kill them", ws.ID, chk.ActiveRuns)
+	}
+	if !ws.Connected {
+		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
+	}
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateClosing, "", "close"); err != nil {
+		return api.CloseResult{}, err
+	}
+	back := func(err error) (api.CloseResult, error) {
+		_ = s.store.UpdateWorkspace(context.WithoutCancel(ctx), ws.ID, api.StateReady, "", "close refused: "+protocol.AsError(err).Message)
+		return api.CloseResult{}, err
+	}
+	res := api.CloseResult{Saved: chk.LastSnapshot}
+	if chk.PendingChanges {
+		snap, err := s.captureWorkspace(ctx, ws)
+		if err != nil {
+			return back(fmt.Errorf("close: capture: %w", err))
+		}
+		if _, err := s.verifySnapshot(ctx, snap); err != nil {
+			return back(fmt.Errorf("close: verify %s: %w", snap.ID, err))
+		}
+		res.Snapshot, res.Saved = &snap, snap.ID
+	}
+	if err := s.releaseAllocation(context.WithoutCancel(ctx), ws); err != nil {
+		return back(err)
+	}
+	// Every writer of the released allocation is fenced from here on.
+	if _, err := s.store.BumpEpoch(context.WithoutCancel(ctx), ws.ID); err != nil {
+		return api.CloseResult{}, err
+	}
+	if err := s.store.UpdateWorkspace(context.WithoutCancel(ctx), ws.ID, api.StateClosed, "", "closed, saved in "+res.Saved); err != nil {
+		return api.CloseResult{}, err
+	}
+	ws, err = s.workspace(context.WithoutCancel(ctx), ws.ID)
+	res.Workspace = ws
+	return res, err
+}
+
+// releaseAllocation revokes the runner's session and destroys the sandbox.
+func (s *Server) releaseAllocation(ctx context.Context, ws api.Workspace) error {
+	prov, err := s.providerFor(ctx, ws.Provider)
+	if err != nil {
+		return err
+	}
+	if err := s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
+		return err
+	}
+	s.hub.Disconnect(ws.AllocationID)
+	if err := prov.Destroy(ctx, ws.AllocationID); err != nil {
+		return protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err)
+	}
+	// Runs the sandbox took with it can never report.
+	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
+	if err == nil {
+		for _, run := range running {
+			_ = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "killed when the workspace closed", time.Now().UTC())
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleReopen(w http.ResponseWriter, r *http.Request) {
+	var req api.ReopenRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ws, err := s.ReopenWorkspace(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+// ReopenWorkspace gives a closed workspace a fresh allocation, restores its last receipt there
+// and starts a new writer epoch. On failure the new allocation is destroyed and the workspace
+// stays closed, with the reason.
+func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.ReopenRequest) (api.Workspace, error) {
+	ws, err := s.workspace(ctx, idOrName)
+	if err != nil {
+		return ws, err
+	}
+	if ws.State != api.StateClosed {
+		return ws, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s; only a closed workspace reopens", ws.ID, ws.State)
+	}
+	last, err := s.lastReceipt(ctx, ws.ID)
+	if err != nil {
+		return ws, err
+	}
+	if req.Provider == "" {
+		req.Provider = ws.Provider
+	}
+	prov, err := s.providerFor(ctx, req.Provider)
+	if err != nil {
+		return ws, err
+	}
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReopening, "", "reopen on provider "+req.Provider); err != nil {
+		return ws, err
+	}
+	now := time.Now().UTC()
+	token := newToken(prefixBootstrap)
+	alloc := store.Allocation{ID: newID("al_"), WorkspaceID: ws.ID, Provider: req.Provider, State: store.AllocStarting,
+		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
+	fail := func(err error) (api.Workspace, error) {
+		bg := context.WithoutCancel(ctx)
+		cur, _ := s.workspace(bg, ws.ID)
+		if cur.AllocationID == alloc.ID {
+			_ = s.releaseAllocation(bg, cur)
+		}
+		_ = s.store.UpdateWorkspace(bg, ws.ID, api.StateClosed, protocol.AsError(err).Message, "reopen failed")
+		return ws, err
+	}
+	if err := s.store.AddAllocation(ctx, alloc); err != nil {
+		return fail(err)
+	}
+	ws.AllocationID, ws.Provider = alloc.ID, req.Provider
+	if err := s.startAllocation(ctx, prov, ws, token); err != nil {
+		return fail(err)
+	}
+	epoch, err := s.store.BumpEpoch(ctx, ws.ID)
+	if err != nil {
+		return fail(err)
+	}
+	c, ok := s.hub.Get(alloc.ID)
+	if !ok {
+		return fail(protocol.Errorf(protocol.CodeUnavailable, "the new runner disconnected"))
+	}
+	if last != nil {
+		if err := s.restoreInto(ctx, c, *last, epoch); err != nil {
+			return fail(err)
+		}
+	}
+	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, "", "reopened on allocation "+alloc.ID); err != nil {
+		return fail(err)
+	}
+	s.pushEpoch(ctx, ws, epoch)
+	return s.workspace(ctx, ws.ID)
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	evs, err := s.store.ListEvents(r.Context(), ws.ID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, evs)
+}
+
+func (s *Server) handleRunShow(w http.ResponseWriter, r *http.Request) {
+	run, err := s.store.GetRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
