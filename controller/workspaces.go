@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -16,6 +17,9 @@ import (
 )
 
 var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// idPrefixes start the ids of each kind of record.
+var idPrefixes = []string{"ws_", "al_", "run_", "snap_"}
 
 func newID(prefix string) string {
 	b := make([]byte, 8)
@@ -51,6 +55,13 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	if !workspaceName.MatchString(req.Name) {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument,
 			"invalid workspace name %q: use letters, digits, '.', '_' and '-', at most 63", req.Name)
+	}
+	// Ids carry a kind prefix; a name may not look like one, so an id of one kind is never
+	// taken for a name (or an id) of another.
+	for _, p := range idPrefixes {
+		if req.Name != id && strings.HasPrefix(req.Name, p) {
+			return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "workspace name %q starts with %q, which is reserved for ids", req.Name, p)
+		}
 	}
 	prov, err := s.providerFor(ctx, req.Provider)
 	if err != nil {

@@ -164,7 +164,37 @@ func demoSnapshot(ctx context.Context, c *cli, cl *client.Client, demoCLI func(.
 	if err := demoCLI("snapshot", "ls", ws.ID); err != nil {
 		return err
 	}
-	_, err = cl.DeleteWorkspace(ctx, res.Workspace.ID)
+	return demoCloseReopen(ctx, c, cl, demoCLI, step, res.Workspace)
+}
+
+// demoCloseReopen leaves unsaved work, closes the workspace (which saves it first and releases
+// the sandbox) and reopens it on a new allocation.
+func demoCloseReopen(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
+	step("tether exec %s -- sh -c 'echo \"more work\" >> notes.txt'   # unsaved work", ws.Name)
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "echo 'more work' >> notes.txt"}}, nil, c.stdout, c.stderr); err != nil {
+		return err
+	}
+	step("tether workspace close %s --check", ws.Name)
+	if err := demoCLI("workspace", "close", ws.ID, "--check"); err != nil {
+		return err
+	}
+	step("tether workspace close %s   # saves a verified snapshot first, then releases the sandbox", ws.Name)
+	if err := demoCLI("workspace", "close", ws.ID); err != nil {
+		return err
+	}
+	step("tether workspace reopen %s", ws.Name)
+	if err := demoCLI("workspace", "reopen", ws.ID); err != nil {
+		return err
+	}
+	step("tether exec %s -- sh -c 'cat notes.txt; git log --oneline -1'", ws.Name)
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "cat notes.txt; git log --oneline -1"}}, nil, c.stdout, c.stderr); err != nil {
+		return err
+	}
+	step("tether workspace events %s", ws.Name)
+	if err := demoCLI("workspace", "events", ws.ID); err != nil {
+		return err
+	}
+	_, err := cl.DeleteWorkspace(ctx, ws.ID)
 	return err
 }
 

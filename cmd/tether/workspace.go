@@ -157,7 +157,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			for _, row := range [][2]string{
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
-				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Root", w.Root},
+				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
 			} {
 				if row[1] != "" {
