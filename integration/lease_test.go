@@ -100,3 +100,27 @@ func TestLeaseFencesWriters(t *testing.T) {
 		t.Fatalf("workspace epoch %d; want %d", got.Epoch, carol.Epoch)
 	}
 }
+
+// A new writer taking the lease while a snapshot is captured makes that capture's receipt
+// stale: it is refused and its object removed.
+func TestReceiptRefusedWhenTheEpochMoves(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t, "--name", "moving")
+	bigRandomFile(t, filepath.Join(ws.Root, "big"), 256<<20)
+	create := c.cliCmd("snapshot", "create", "moving")
+	var stderr strings.Builder
+	create.Stderr = &stderr
+	if err := create.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the capture to be under way", func() bool {
+		ents, _ := os.ReadDir(filepath.Join(c.Data, "blobs", ".tmp"))
+		return len(ents) > 0
+	})
+	c.acquire(t, "moving", "--holder", "newcomer")
+	err := create.Wait()
+	if err == nil || !strings.HasPrefix(stderr.String(), "error: stale_epoch: ") {
+		t.Fatalf("capture across an epoch change: %v, %q", err, stderr.String())
+	}
+	noTrace(t, c, ws.ID)
+}
