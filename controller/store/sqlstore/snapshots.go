@@ -60,20 +60,7 @@ func (s *DB) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
 }
 
 func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`), workspaceID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []api.Snapshot{}
-	for rows.Next() {
-		snap, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, snap)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, scanSnapshot, `SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`, workspaceID)
 }
 
 func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {

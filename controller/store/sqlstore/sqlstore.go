@@ -120,22 +120,9 @@ func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 }
 
 func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+workspaceCols+`
+	return queryAll(ctx, s, scanWorkspace, `SELECT `+workspaceCols+`
 		FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id
-		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`), all)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []api.Workspace{}
-	for rows.Next() {
-		w, err := scanWorkspace(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, rows.Err()
+		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`, all)
 }
 
 func (s *DB) UpdateWorkspace(ctx context.Context, id, state, reason, cause string) error {
@@ -318,18 +305,24 @@ func (s *DB) GetRun(ctx context.Context, id string) (api.Run, error) {
 }
 
 func (s *DB) listRuns(ctx context.Context, q string, arg string) ([]api.Run, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE `+q+` ORDER BY started_at, id`), arg)
+	return queryAll(ctx, s, scanRun, `SELECT `+runCols+` FROM runs WHERE `+q+` ORDER BY started_at, id`, arg)
+}
+
+// queryAll runs a query and scans every row with scan; an empty result is an empty slice, so
+// it encodes as [] rather than null.
+func queryAll[T any](ctx context.Context, s *DB, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.q(query), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []api.Run{}
+	out := []T{}
 	for rows.Next() {
-		r, err := scanRun(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
