@@ -60,11 +60,21 @@ func (r *Runner) fsStat(h protocol.Header) (protocol.FileInfo, error) {
 	if err := decodeArgs(h, &args); err != nil {
 		return protocol.FileInfo{}, err
 	}
+	return r.onPath(args.Path, nil)
+}
+
+// onPath resolves rel with the guard, applies fn (when not nil) and describes the result.
+func (r *Runner) onPath(rel string, fn func(root *fsguard.Root, clean string) error) (protocol.FileInfo, error) {
 	var out protocol.FileInfo
 	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
+		clean, err := fsguard.Clean(rel)
 		if err != nil {
 			return err
+		}
+		if fn != nil {
+			if err := fn(root, clean); err != nil {
+				return err
+			}
 		}
 		fi, err := root.Lstat(clean)
 		if err != nil {
@@ -128,28 +138,12 @@ func (r *Runner) fsMkdir(h protocol.Header) (protocol.FileInfo, error) {
 	if mode == 0 {
 		mode = 0o755
 	}
-	var out protocol.FileInfo
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
+	return r.onPath(args.Path, func(root *fsguard.Root, clean string) error {
 		if args.Parents {
-			err = root.MkdirAll(clean, mode)
-		} else {
-			err = root.Mkdir(clean, mode)
+			return root.MkdirAll(clean, mode)
 		}
-		if err != nil {
-			return err
-		}
-		fi, err := root.Lstat(clean)
-		if err != nil {
-			return err
-		}
-		out = fileInfo(root, clean, fi)
-		return nil
+		return root.Mkdir(clean, mode)
 	})
-	return out, err
 }
 
 func (r *Runner) fsRemove(h protocol.Header) (struct{}, error) {
@@ -223,23 +217,9 @@ func (r *Runner) fsChmod(h protocol.Header) (protocol.FileInfo, error) {
 	if args.Mode&^0o777 != 0 {
 		return protocol.FileInfo{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
 	}
-	var out protocol.FileInfo
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
-		if err := root.Chmod(clean, fs.FileMode(args.Mode)); err != nil {
-			return err
-		}
-		fi, err := root.Lstat(clean)
-		if err != nil {
-			return err
-		}
-		out = fileInfo(root, clean, fi)
-		return nil
+	return r.onPath(args.Path, func(root *fsguard.Root, clean string) error {
+		return root.Chmod(clean, fs.FileMode(args.Mode))
 	})
-	return out, err
 }
 
 // fsWrite streams the body into a temp file beside the target and publishes it only when the

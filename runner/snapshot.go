@@ -94,7 +94,7 @@ func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
 	}
 	tree := sha256.Sum256(entries)
 	s := protocol.SnapshotSummary{
-		Tree: hex.EncodeToString(tree[:]),
+		Tree:    hex.EncodeToString(tree[:]),
 		Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs, Symlinks: m.Totals.Symlinks,
 		Bytes: m.Totals.Bytes, Skipped: len(m.Skipped), Parent: m.Parent, Tool: m.ToolVersion,
 		Manifest: hex.EncodeToString(sum[:]),

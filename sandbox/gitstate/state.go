@@ -73,6 +73,9 @@ func (r *Repo) State() (*State, error) {
 	} else {
 		st.Detached = true
 		headHash = head.Hash()
+		if headHash.IsZero() {
+			return nil, &Error{Code: CodeUnsupported, Path: "HEAD", Message: "HEAD names neither a branch nor a commit"}
+		}
 	}
 	if !headHash.IsZero() {
 		st.Head = headHash.String()

@@ -186,3 +186,26 @@ func TestInspectAlternates(t *testing.T) {
 		t.Fatalf("Inspect = %+v\ngit says  %+v", got, want)
 	}
 }
+
+func TestInspectAheadBehindWithMerge(t *testing.T) {
+	work := fixture(t)
+	runGit(t, work, "stash", "-q", "-u")
+	runGit(t, work, "merge", "-q", "--no-edit", "origin/main")
+	runGit(t, work, "stash", "pop", "-q")
+	got := inspect(t, work)
+	want := fromGit(t, work)
+	if *got != want || got.Ahead != 3 || got.Behind != 0 {
+		t.Fatalf("Inspect = %+v\ngit says  %+v", got, want)
+	}
+}
+
+func TestInspectUnbornBranch(t *testing.T) {
+	needGit(t)
+	dir := t.TempDir()
+	runGit(t, dir, "init", "-q", "-b", "trunk")
+	write(t, filepath.Join(dir, "a"), "a\n")
+	got := inspect(t, dir)
+	if got.Head != "" || got.Branch != "trunk" || got.Untracked != 1 || !got.Dirty {
+		t.Fatalf("Inspect = %+v", got)
+	}
+}

@@ -30,18 +30,25 @@ type CaptureOptions struct {
 	// ZstdLevel is a zstd command-line level (1-22, mapped onto the
 	// encoder's four speeds); 0 means the fastest.
 	ZstdLevel int
-	// Concurrency is the number of zstd encoder goroutines; 0 means
-	// GOMAXPROCS, at most maxConcurrency.
+	// Concurrency is the zstd encoder's concurrency
+	// (zstd.WithEncoderConcurrency): above 1, blocks are compressed in
+	// the background while the tree is read. 0 means GOMAXPROCS, at most
+	// maxConcurrency.
 	Concurrency int
+	// ConcurrentBlocks also compresses independent 2 MiB jobs in
+	// parallel (zstd.WithConcurrentBlocks): faster with many cores, at
+	// about 20 MiB more memory per unit of Concurrency, which the runner's
+	// 64 MiB budget does not allow by default.
+	ConcurrentBlocks bool
 }
 
-// maxConcurrency caps the default encoder concurrency: each concurrent job
-// holds a few MiB, and the runner's memory budget is 64 MiB.
+// maxConcurrency caps the default encoder concurrency.
 const maxConcurrency = 4
 
-// zstdWindow is the encoder's window. The zstd command line's level 1
-// uses 512 KiB; 1 MiB keeps each concurrent job at 4 MiB.
-const zstdWindow = 1 << 20
+// zstdWindow is the encoder's window, that of the zstd command line's
+// level 1 (512 KiB): a larger one gains little on source trees and costs
+// memory.
+const zstdWindow = 512 << 10
 
 // copyBufSize is the read size for file contents.
 const copyBufSize = 256 << 10
@@ -85,7 +92,7 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 		return nil, err
 	}
 	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(conc),
-		zstd.WithConcurrentBlocks(conc > 1), zstd.WithWindowSize(zstdWindow))
+		zstd.WithConcurrentBlocks(opts.ConcurrentBlocks && conc > 1), zstd.WithWindowSize(zstdWindow))
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
@@ -129,7 +136,6 @@ func (c *capturer) run(root *fsguard.Root) error {
 	if err != nil {
 		return err
 	}
-	js = append(js, '\n')
 	sum := sha256.Sum256(js)
 	c.m.SHA256, c.m.JSONSize = hex.EncodeToString(sum[:]), int64(len(js))
 	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(js)),

@@ -129,6 +129,8 @@ func TestGitFidelityLinkedWorktree(t *testing.T) {
 	runGit(t, work, "worktree", "add", "-q", "-b", "feature", wt, "HEAD")
 	runGit(t, wt, "branch", "-q", "--set-upstream-to=origin/main")
 	writeFile(t, filepath.Join(wt, "feature.txt"), "feature\n", 0o644)
+	// Larger than smallObject: its loose object is deflated twice.
+	bigFile(t, filepath.Join(wt, "assets/big.bin"), smallObject+12345)
 	runGit(t, wt, "add", ".")
 	runGit(t, wt, "commit", "-qm", "feature work")
 	writeFile(t, filepath.Join(wt, "wt-stash.txt"), "s\n", 0o644)
@@ -184,4 +186,21 @@ func TestGitLockFileIsBusy(t *testing.T) {
 		_, err := Capture(context.Background(), openRoot(t, wt), &buf, CaptureOptions{})
 		wantCode(t, err, CodeGitBusy)
 	})
+}
+
+// TestGitUnreadable: a .git directory go-git cannot read is still
+// archived as files, with the reason in the manifest; a linked worktree
+// whose git directory is gone cannot be normalized and is refused.
+func TestGitUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, ".git/HEAD"), "garbage", 0o644)
+	_, m := capture(t, dir)
+	if m.Git != nil || m.GitError == "" || m.Totals.Files != 1 {
+		t.Fatalf("git %+v error %q totals %+v", m.Git, m.GitError, m.Totals)
+	}
+	wt := t.TempDir()
+	writeFile(t, filepath.Join(wt, ".git"), "gitdir: /nonexistent/.git/worktrees/x\n", 0o644)
+	var buf bytes.Buffer
+	_, err := Capture(context.Background(), openRoot(t, wt), &buf, CaptureOptions{})
+	wantCode(t, err, CodeUnsupported)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/gitstate"
+	"golang.org/x/sys/unix"
 )
 
 // planGit reads the root repository's state for the manifest and decides
@@ -294,8 +295,13 @@ func (n *normalizer) add(fsys billy.Filesystem, p string, fi os.FileInfo, scan b
 	return nil
 }
 
+// idOf identifies a listed file: hostFS listings carry a
+// *syscall.Stat_t, guard listings a *unix.Stat_t.
 func idOf(fi os.FileInfo) *fileID {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+	switch st := fi.Sys().(type) {
+	case *syscall.Stat_t:
+		return &fileID{ino: st.Ino, dev: st.Dev}
+	case *unix.Stat_t:
 		return &fileID{ino: st.Ino, dev: st.Dev}
 	}
 	return nil

@@ -82,8 +82,9 @@ type Manifest struct {
 	GitNormalized string `json:"git_normalized,omitempty"`
 
 	// SHA256 is the SHA-256 of the manifest's JSON exactly as archived
-	// (lowercase hex). It is set by Capture, Restore and ReadManifest and
-	// is not part of the JSON.
+	// (lowercase hex); Capture archives json.Marshal of the manifest. It
+	// is set by Capture, Restore and ReadManifest and is not part of the
+	// JSON.
 	SHA256 string `json:"-"`
 	// JSONSize is the size of that JSON in bytes.
 	JSONSize int64 `json:"-"`

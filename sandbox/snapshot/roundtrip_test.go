@@ -172,6 +172,9 @@ func TestArchiveFormat(t *testing.T) {
 	if !(idx["a"] < idx["a/z"] && idx["a/z"] < idx["a-b"]) {
 		t.Fatalf("order: a=%d a/z=%d a-b=%d", idx["a"], idx["a/z"], idx["a-b"])
 	}
+	if js, _ := json.Marshal(m); !bytes.Equal(js, last) {
+		t.Fatal("the archived manifest is not json.Marshal of the returned one")
+	}
 	rm, err := ReadManifest(context.Background(), bytes.NewReader(data))
 	must(t, err)
 	if rm.SHA256 != m.SHA256 || rm.JSONSize != m.JSONSize || len(rm.Entries) != len(m.Entries) {
