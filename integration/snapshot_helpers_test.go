@@ -70,16 +70,3 @@ func (s *s3Store) object(t *testing.T, key string) []byte {
 	}
 	return b
 }
-
-// objects lists every object under the store's prefix, temporaries included.
-func (s *s3Store) objects(t *testing.T) []string {
-	t.Helper()
-	var out []string
-	for o := range s.srv.Client().ListObjects(context.Background(), s.bucket, minio.ListObjectsOptions{Prefix: "tether/", Recursive: true}) {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-		out = append(out, o.Key)
-	}
-	return out
-}

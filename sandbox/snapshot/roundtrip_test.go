@@ -109,6 +109,9 @@ func TestRestoreRefusesNonEmptyTarget(t *testing.T) {
 	before := describe(t, dst, true, nil)
 	_, err := restoreInto(t, data, dst, ".")
 	wantCode(t, err, CodeExists)
+	if d := diffMaps(before, describe(t, dst, true, nil)); d != "" {
+		t.Fatalf("target changed by a refused restore into the root:\n%s", d)
+	}
 	must(t, os.Mkdir(filepath.Join(dst, "d"), 0o755))
 	writeFile(t, filepath.Join(dst, "d/x"), "x", 0o644)
 	before = describe(t, dst, true, nil)
