@@ -32,11 +32,17 @@ func filePath(r *http.Request) string {
 }
 
 func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
-	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	src, err := s.readSource(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	src.setHeaders(w.Header())
+	if src.snap != nil {
+		s.savedFilesGet(w, r, src)
+		return
+	}
+	c := src.conn
 	q := r.URL.Query()
 	switch {
 	case q.Has("list"):
@@ -46,6 +52,7 @@ func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		page.ReadSource = src.info()
 		writeJSON(w, http.StatusOK, page)
 	case q.Has("stat"):
 		var fi protocol.FileInfo
@@ -53,6 +60,7 @@ func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		fi.ReadSource = src.info()
 		writeJSON(w, http.StatusOK, fi)
 	default:
 		s.readFile(w, r, c)
@@ -123,22 +131,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Accept-Ranges", "bytes")
-	h.Set("Last-Modified", reply.Info.MTime.UTC().Format(http.TimeFormat))
-	h.Set(HeaderSize, strconv.FormatInt(reply.Info.Size, 10))
-	status := http.StatusOK
-	if ranged {
-		status = http.StatusPartialContent
-		h.Set("Content-Length", strconv.FormatInt(reply.Length, 10))
-		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", reply.Offset, reply.Offset+reply.Length-1, reply.Info.Size))
-		if reply.Length == 0 {
-			h.Set("Content-Range", fmt.Sprintf("bytes */%d", reply.Info.Size))
-		}
-	} else {
-		h.Set("Trailer", HeaderSHA256)
-	}
-	w.WriteHeader(status)
+	w.WriteHeader(writeReadHeaders(w, reply, ranged))
 	body := protocol.NewBodyReader(st)
 	if _, err := io.Copy(w, body); err != nil {
 		s.log.Warn("file read cut off", "path", args.Path, "err", err)
@@ -156,6 +149,26 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 	if !ranged {
 		h.Set(HeaderSHA256, body.Result.SHA256)
 	}
+}
+
+// writeReadHeaders sets the headers of a file read about to send reply's bytes and returns the
+// status to send them with: live and saved reads answer alike.
+func writeReadHeaders(w http.ResponseWriter, reply protocol.FsReadReply, ranged bool) int {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Last-Modified", reply.Info.MTime.UTC().Format(http.TimeFormat))
+	h.Set(HeaderSize, strconv.FormatInt(reply.Info.Size, 10))
+	if !ranged {
+		h.Set("Trailer", HeaderSHA256)
+		return http.StatusOK
+	}
+	h.Set("Content-Length", strconv.FormatInt(reply.Length, 10))
+	h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", reply.Offset, reply.Offset+reply.Length-1, reply.Info.Size))
+	if reply.Length == 0 {
+		h.Set("Content-Range", fmt.Sprintf("bytes */%d", reply.Info.Size))
+	}
+	return http.StatusPartialContent
 }
 
 func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {

@@ -35,6 +35,24 @@ type FileInfo struct {
 	Size       int64     `json:"size"`
 	MTime      time.Time `json:"mtime"`
 	LinkTarget string    `json:"link_target,omitempty"`
+	// ReadSource is set by the controller on a stat answer (never by a runner, never on the
+	// entries of a listing: the page carries it).
+	ReadSource
+}
+
+// Sources of a file read.
+const (
+	SourceLive  = "live"  // the workspace's allocation, through its runner
+	SourceSaved = "saved" // the workspace's last snapshot receipt
+)
+
+// ReadSource says where the controller's files API read an answer from: the live allocation
+// (with its id) or a saved receipt (with its id and save time).
+type ReadSource struct {
+	Source       string     `json:"source,omitempty"`
+	AllocationID string     `json:"allocation_id,omitempty"`
+	SnapshotID   string     `json:"snapshot_id,omitempty"`
+	SavedAt      *time.Time `json:"saved_at,omitempty"`
 }
 
 // FsListArgs asks for one page of a directory, sorted by name, starting after Cursor.
@@ -48,6 +66,7 @@ type FsListArgs struct {
 type FsListResult struct {
 	Entries []FileInfo `json:"entries"`
 	Next    string     `json:"next,omitempty"`
+	ReadSource
 }
 
 // FsPathArgs names one path (stat, mkdir, remove, chmod).

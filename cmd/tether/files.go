@@ -28,7 +28,13 @@ func newFilesCmd(c *cli) *cobra.Command {
 		Aliases: []string{"fs"},
 		Short:   "List, read, write, move and remove files in a workspace",
 		Long: "Paths are relative to the workspace root. Absolute paths, \"..\" and symlinks anywhere in a\n" +
-			"path are refused by the runner's guard; symlinks are listed and described, never followed.",
+			"path are refused by the runner's guard; symlinks are listed and described, never followed.\n\n" +
+			"Reads (ls, stat, get) say where they came from. A workspace with a live allocation is read\n" +
+			"live (source: live, with the allocation id). A closed workspace is read from its last saved\n" +
+			"snapshot (source: saved, with the snapshot id and save time); the plain output then notes\n" +
+			"\"source: saved (SNAP, saved TIME)\" on stderr, and --json output carries source,\n" +
+			"allocation_id, snapshot_id and saved_at. A workspace whose runner is not connected is\n" +
+			"unavailable (exit 15): its files may hold unsaved work, so no older save is shown instead.",
 	}
 	cmd.AddCommand(newFilesLsCmd(c), newFilesStatCmd(c), newFilesGetCmd(c), newFilesPutCmd(c),
 		newFilesMkdirCmd(c), newFilesRmCmd(c), newFilesMvCmd(c), newFilesChmodCmd(c))
@@ -51,13 +57,18 @@ func newFilesLsCmd(c *cli) *cobra.Command {
 			if len(args) == 2 {
 				dir = args[1]
 			}
-			entries, err := listAll(cmd.Context(), cl, args[0], dir)
+			entries, src, err := listAll(cmd.Context(), cl, args[0], dir)
 			if err != nil {
 				return err
 			}
 			if asJSON {
+				// One array of entries, each saying where it was read from.
+				for i := range entries {
+					entries[i].ReadSource = src
+				}
 				return c.printJSON(entries)
 			}
+			c.noteSaved(src)
 			if !long {
 				for _, e := range entries {
 					c.printf("%s\n", shortEntry(e))
@@ -76,30 +87,68 @@ func newFilesLsCmd(c *cli) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array of every entry")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array of every entry (each with its source)")
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "print a table: name, type, mode, size, modification time")
 	return cmd
 }
 
 // listAll follows the listing's cursor to the end, so callers see the whole directory whatever the
-// runner's page size.
-func listAll(ctx context.Context, cl *client.Client, id, dir string) ([]protocol.FileInfo, error) {
+// runner's page size. Every page must come from the same source: a listing whose pages mix the
+// live tree and a saved copy (the workspace closed or reopened meanwhile) is refused.
+func listAll(ctx context.Context, cl *client.Client, id, dir string) ([]protocol.FileInfo, protocol.ReadSource, error) {
 	entries := []protocol.FileInfo{}
 	cursor := ""
+	var src protocol.ReadSource
 	for {
 		page, err := cl.ListFiles(ctx, id, dir, cursor, 0)
 		if err != nil {
-			return nil, err
+			return nil, src, err
+		}
+		if cursor == "" {
+			src = page.ReadSource
+		} else if !sameSource(src, page.ReadSource) {
+			return nil, src, protocol.Errorf(protocol.CodeConflict, "the listing of %s moved from %s to %s between pages; list again",
+				dir, describeSource(src), describeSource(page.ReadSource))
 		}
 		entries = append(entries, page.Entries...)
 		if page.Next == "" {
-			return entries, nil
+			return entries, src, nil
 		}
 		if page.Next <= cursor {
 			// A cursor that does not advance would loop forever.
-			return nil, protocol.Errorf(protocol.CodeInternal, "listing of %s did not advance past %q", dir, cursor)
+			return nil, src, protocol.Errorf(protocol.CodeInternal, "listing of %s did not advance past %q", dir, cursor)
 		}
 		cursor = page.Next
+	}
+}
+
+func sameSource(a, b protocol.ReadSource) bool {
+	return a.Source == b.Source && a.AllocationID == b.AllocationID && a.SnapshotID == b.SnapshotID
+}
+
+// describeSource says in words where a read came from: "live (al_…)" or
+// "saved (snap_…, saved 2006-01-02T15:04:05Z)".
+func describeSource(src protocol.ReadSource) string {
+	switch src.Source {
+	case protocol.SourceLive:
+		return "live (" + src.AllocationID + ")"
+	case protocol.SourceSaved:
+		at := ""
+		if src.SavedAt != nil {
+			at = ", saved " + src.SavedAt.UTC().Format(time.RFC3339)
+		}
+		return "saved (" + src.SnapshotID + at + ")"
+	case "":
+		return "unknown"
+	}
+	return display(src.Source)
+}
+
+// noteSaved tells the operator on stderr that what they read is a saved copy, not the live
+// workspace. Stdout is left to the answer itself.
+func (c *cli) noteSaved(src protocol.ReadSource) {
+	if src.Source == protocol.SourceSaved {
+		fmt.Fprintf(c.stderr, "source: %s\n", describeSource(src))
 	}
 }
 
@@ -147,47 +196,79 @@ func newFilesStatCmd(c *cli) *cobra.Command {
 			if fi.Type == protocol.FileSymlink {
 				fmt.Fprintf(tw, "Target:\t%s\n", display(fi.LinkTarget))
 			}
+			fmt.Fprintf(tw, "Source:\t%s\n", describeSource(fi.ReadSource))
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the entry as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the entry as JSON, with its source")
 	return cmd
+}
+
+// getResult is what `files get -o FILE --json` prints.
+type getResult struct {
+	Path   string `json:"path"`
+	Output string `json:"output"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	protocol.ReadSource
 }
 
 func newFilesGetCmd(c *cli) *cobra.Command {
 	var out string
+	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "get ID PATH [-o FILE]",
+		Use:   "get ID PATH [-o FILE [--json]]",
 		Short: "Read a file to stdout or, with -o, to a local file; the content's SHA-256 is verified",
-		Long: "Reads a whole file and verifies its byte count and SHA-256 against the runner's.\n" +
+		Long: "Reads a whole file and verifies its byte count and SHA-256 against the runner's (or, for a\n" +
+			"closed workspace, its saved copy's manifest).\n" +
 			"With -o the file is written beside FILE under a temporary name and renamed into place only\n" +
 			"once verified, so FILE is never left half-written. On stdout, a failed read may already\n" +
-			"have printed part of the file; the exit status says it failed.",
+			"have printed part of the file; the exit status says it failed.\n\n" +
+			"Stdout carries nothing but the file. A read of a saved copy notes\n" +
+			"\"source: saved (SNAP, saved TIME)\" on stderr; with -o FILE, --json prints the path, byte\n" +
+			"count, SHA-256 and source (source, allocation_id or snapshot_id and saved_at) instead.",
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			toStdout := out == "" || out == "-"
+			if asJSON && toStdout {
+				return usageError{fmt.Errorf("--json needs -o FILE: without it, stdout carries the file itself")}
+			}
 			cl, err := c.client()
 			if err != nil {
 				return err
 			}
-			if out == "" || out == "-" {
+			if toStdout {
 				var bar *progress // none when the file itself is going to the terminal
 				if !c.stdoutIsTerminal() {
 					bar = c.newProgress("get " + args[1])
 				}
-				_, err := cl.ReadFile(cmd.Context(), args[0], args[1], c.stdout, client.ReadOptions{Progress: bar.read})
+				res, err := cl.ReadFile(cmd.Context(), args[0], args[1], c.stdout, client.ReadOptions{Progress: bar.read})
 				bar.finish()
+				if err != nil {
+					return err
+				}
+				c.noteSaved(res.ReadSource)
+				return nil
+			}
+			res, err := c.getToFile(cmd.Context(), cl, args[0], args[1], out)
+			if err != nil {
 				return err
 			}
-			return c.getToFile(cmd.Context(), cl, args[0], args[1], out)
+			if asJSON {
+				return c.printJSON(getResult{Path: args[1], Output: out, Bytes: res.Bytes, SHA256: res.SHA256, ReadSource: res.ReadSource})
+			}
+			c.noteSaved(res.ReadSource)
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this local file instead of stdout")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "with -o: print the result (bytes, sha256, source) as JSON")
 	return cmd
 }
 
 // getToFile reads into a temporary file beside dst and renames it over dst only after the read was
 // verified; on any failure the temporary file is removed and dst is left as it was.
-func (c *cli) getToFile(ctx context.Context, cl *client.Client, id, remote, dst string) (err error) {
+func (c *cli) getToFile(ctx context.Context, cl *client.Client, id, remote, dst string) (res client.ReadResult, err error) {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
 	tmp := dst + ".tmp-" + hex.EncodeToString(suffix[:])
@@ -195,7 +276,7 @@ func (c *cli) getToFile(ctx context.Context, cl *client.Client, id, remote, dst 
 	// (or a symlink planted under the temporary name) is never written through.
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
-		return localError("create", tmp, err)
+		return res, localError("create", tmp, err)
 	}
 	defer func() {
 		if f != nil {
@@ -206,23 +287,23 @@ func (c *cli) getToFile(ctx context.Context, cl *client.Client, id, remote, dst 
 		}
 	}()
 	bar := c.newProgress("get " + remote)
-	_, err = cl.ReadFile(ctx, id, remote, f, client.ReadOptions{Progress: bar.read})
+	res, err = cl.ReadFile(ctx, id, remote, f, client.ReadOptions{Progress: bar.read})
 	bar.finish()
 	if err != nil {
-		return err
+		return res, err
 	}
 	if err = f.Sync(); err != nil {
-		return localError("sync", tmp, err)
+		return res, localError("sync", tmp, err)
 	}
 	err = f.Close()
 	f = nil
 	if err != nil {
-		return localError("close", tmp, err)
+		return res, localError("close", tmp, err)
 	}
 	if err = os.Rename(tmp, dst); err != nil {
-		return localError("rename", dst, err)
+		return res, localError("rename", dst, err)
 	}
-	return nil
+	return res, nil
 }
 
 // localError gives failures on the operator's own files a code that says what went wrong.

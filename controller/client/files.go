@@ -10,15 +10,29 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/protocol"
 )
 
 // Files API headers (see controller.HeaderSHA256 and controller.HeaderSize).
 const (
-	headerSHA256 = "X-Tether-Sha256"
-	headerSize   = "X-Tether-Size"
+	headerSHA256     = "X-Tether-Sha256"
+	headerSize       = "X-Tether-Size"
+	headerSource     = "X-Tether-Source"
+	headerAllocation = "X-Tether-Allocation"
+	headerSnapshot   = "X-Tether-Snapshot"
+	headerSavedAt    = "X-Tether-Saved-At"
 )
+
+// readSource reads where a files API answer came from off its headers.
+func readSource(h http.Header) protocol.ReadSource {
+	src := protocol.ReadSource{Source: h.Get(headerSource), AllocationID: h.Get(headerAllocation), SnapshotID: h.Get(headerSnapshot)}
+	if at, err := time.Parse(time.RFC3339Nano, h.Get(headerSavedAt)); err == nil {
+		src.SavedAt = &at
+	}
+	return src
+}
 
 // filesPath escapes the whole workspace path as one segment, so no HTTP layer cleans or
 // redirects it before the runner's guard judges it. PathEscape leaves dots alone, and a
@@ -33,7 +47,8 @@ func filesPath(id, p string) string {
 	return "/v1/workspaces/" + url.PathEscape(id) + "/files/" + seg
 }
 
-// ListFiles returns one page of a directory listing.
+// ListFiles returns one page of a directory listing. The page says where it was read from
+// (ReadSource): the live allocation, or a closed workspace's last saved copy.
 func (c *Client) ListFiles(ctx context.Context, id, dir, cursor string, limit int) (protocol.FsListResult, error) {
 	var page protocol.FsListResult
 	q := url.Values{"list": {""}}
@@ -46,7 +61,7 @@ func (c *Client) ListFiles(ctx context.Context, id, dir, cursor string, limit in
 	return page, c.do(ctx, http.MethodGet, filesPath(id, dir), q, nil, "", &page)
 }
 
-// StatFile describes one path without following a symlink.
+// StatFile describes one path without following a symlink, saying where it was read from.
 func (c *Client) StatFile(ctx context.Context, id, p string) (protocol.FileInfo, error) {
 	var fi protocol.FileInfo
 	return fi, c.do(ctx, http.MethodGet, filesPath(id, p), url.Values{"stat": {""}}, nil, "", &fi)
@@ -65,10 +80,15 @@ type ReadResult struct {
 	Bytes  int64
 	Size   int64  // the whole file's size
 	SHA256 string // of the bytes read; for a whole-file read, verified against the controller's
+	// ReadSource says where the bytes came from: Source "live" with the AllocationID read, or
+	// "saved" with the SnapshotID and SavedAt of the receipt read (a closed workspace). It is
+	// set as soon as the controller answered, also when the read then failed.
+	protocol.ReadSource
 }
 
 // ReadFile streams a file (or a range) into w. A whole-file read is verified: its byte count
-// and SHA-256 must match what the runner sent, else the read fails.
+// and SHA-256 must match what the controller sent (the runner's, or the saved copy's manifest),
+// else the read fails.
 func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o ReadOptions) (ReadResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(filesPath(id, p), nil), nil)
 	if err != nil {
@@ -94,6 +114,7 @@ func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o Read
 	if resp.StatusCode/100 != 2 {
 		return ReadResult{}, decodeError(resp)
 	}
+	src := readSource(resp.Header)
 	size, _ := strconv.ParseInt(resp.Header.Get(headerSize), 10, 64)
 	if o.Progress != nil {
 		o.Progress(size, 0)
@@ -102,13 +123,13 @@ func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o Read
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
 	if err != nil {
-		return ReadResult{Bytes: n}, protocol.Errorf(protocol.CodeFailed, "read %s cut off after %d bytes: %v", p, n, err)
+		return ReadResult{Bytes: n, ReadSource: src}, protocol.Errorf(protocol.CodeFailed, "read %s cut off after %d bytes: %v", p, n, err)
 	}
-	res := ReadResult{Bytes: n, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
+	res := ReadResult{Bytes: n, Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), ReadSource: src}
 	if !ranged {
 		want := resp.Trailer.Get(headerSHA256)
 		if want == "" || want != res.SHA256 || n != size {
-			return res, protocol.Errorf(protocol.CodeFailed, "read %s: received %d bytes with sha256 %s; the runner sent %d bytes with sha256 %q",
+			return res, protocol.Errorf(protocol.CodeFailed, "read %s: received %d bytes with sha256 %s; the controller sent %d bytes with sha256 %q",
 				p, n, res.SHA256, size, want)
 		}
 	}
