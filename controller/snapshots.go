@@ -129,7 +129,7 @@ func (s *Server) handleSnapshotList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSnapshotShow(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	snap, err := s.snapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -213,7 +213,7 @@ func (s *Server) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
 // RestoreSnapshot creates a fresh workspace and restores the snapshot into it. If anything
 // fails, the new workspace is removed: a half-restored workspace is never handed out.
 func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.RestoreRequest) (api.RestoreResult, error) {
-	snap, err := s.store.GetSnapshot(ctx, id)
+	snap, err := s.snapshot(ctx, id)
 	if err != nil {
 		return api.RestoreResult{}, err
 	}
@@ -247,7 +247,7 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 // handleSnapshotArchive serves the plain .tar.zst (decrypted); the response is cut off, never
 // ended, if the stored object does not match its receipt.
 func (s *Server) handleSnapshotArchive(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	snap, err := s.snapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -267,7 +267,7 @@ func (s *Server) handleSnapshotArchive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSnapshotVerify(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.store.GetSnapshot(r.Context(), r.PathValue("id"))
+	snap, err := s.snapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -313,4 +313,12 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	var summary protocol.SnapshotSummary
 	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
 	return callWithBody(ctx, c, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
+}
+
+// snapshot loads a receipt by id, refusing ids of other kinds.
+func (s *Server) snapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	if err := expectKind(id, "snap_"); err != nil {
+		return api.Snapshot{}, err
+	}
+	return s.store.GetSnapshot(ctx, id)
 }

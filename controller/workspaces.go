@@ -81,7 +81,7 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	go func() {
 		defer s.bg.Done()
 		defer close(done)
-		if err := s.startAllocation(s.ctx, prov, ws, token); err != nil {
+		if err := s.startAllocationWith(s.ctx, prov, ws, token, req.Options); err != nil {
 			s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
 			_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "provisioning failed")
 			return
@@ -102,16 +102,22 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 // said hello and answered a probe: a created record is not readiness. On failure the allocation
 // is revoked (a late runner is refused) and whatever the provider started is stopped.
 func (s *Server) startAllocation(ctx context.Context, prov provider.Provider, ws api.Workspace, token string) error {
+	return s.startAllocationWith(ctx, prov, ws, token, nil)
+}
+
+// startAllocationWith is startAllocation with provider options for the new sandbox.
+func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider, ws api.Workspace, token string, opts map[string]string) error {
 	fail := func(reason string) error {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
-		if err := prov.Stop(context.WithoutCancel(ctx), ws.AllocationID); err != nil {
+		// A failed Create leaves nothing behind (not_found); anything it did start is stopped.
+		if err := prov.Stop(context.WithoutCancel(ctx), ws.AllocationID); err != nil && provider.ErrorCode(err) != provider.CodeNotFound {
 			s.log.Warn("stop failed allocation", "allocation", ws.AllocationID, "err", err)
 		}
 		return protocol.Errorf(protocol.CodeProviderFailed, "%s", reason)
 	}
 	alloc, err := prov.Create(ctx, provider.CreateRequest{
 		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
-		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary,
+		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary, Options: opts,
 	})
 	if err != nil {
 		return fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))
@@ -132,8 +138,24 @@ func (s *Server) startAllocation(ctx context.Context, prov provider.Provider, ws
 	return nil
 }
 
+// expectKind refuses an id of another kind where one kind (or a name) is expected: an allocation
+// id is never taken for a workspace, a workspace id never for a snapshot.
+func expectKind(value, want string) error {
+	for _, p := range idPrefixes {
+		if p != want && strings.HasPrefix(value, p) {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "%q is a %s id; expected a %s", value, kindOf[p], kindOf[want])
+		}
+	}
+	return nil
+}
+
+var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot"}
+
 // workspace loads a workspace (by id or name) with its live connection state.
 func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {
+	if err := expectKind(idOrName, "ws_"); err != nil {
+		return api.Workspace{}, err
+	}
 	ws, err := s.store.GetWorkspace(ctx, idOrName)
 	if err != nil {
 		return ws, err

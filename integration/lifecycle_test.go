@@ -280,3 +280,27 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// Ids of one kind are never accepted where another kind is expected.
+func TestIDKindsAreDistinct(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t, "--name", "kinds")
+	runs := func() string {
+		c.mustCLI(t, "exec", "kinds", "--", "true")
+		return c.runs(t, "kinds")[0].ID
+	}()
+	for _, args := range [][]string{
+		{"workspace", "show", ws.AllocationID},
+		{"exec", runs, "--", "true"},
+		{"snapshot", "show", ws.ID},
+		{"run", "show", ws.ID},
+		{"snapshot", "create", ws.AllocationID},
+	} {
+		if r := c.cli(t, nil, args...); r.Code != 2 || !strings.HasPrefix(r.Stderr, "error: invalid_argument: ") {
+			t.Errorf("tether %s: %+v", strings.Join(args, " "), r)
+		}
+	}
+	if r := c.cli(t, nil, "workspace", "create", "--name", "al_lookalike"); r.Code != 2 {
+		t.Fatalf("a name that looks like an id: %+v", r)
+	}
+}
