@@ -56,7 +56,11 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.idleRSS(ctx); err != nil {
 		return err
 	}
-	for _, step := range []func(context.Context) error{b.starts, b.execs, b.throughputs, b.peakRSS, b.files} {
+	steps := []func(context.Context) error{b.starts, b.execs, b.throughputs, b.peakRSS, b.files}
+	if !b.cfg.noSnap {
+		steps = append(steps, b.snapshots)
+	}
+	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
 		}

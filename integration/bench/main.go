@@ -1,5 +1,5 @@
-// Command bench measures Tether's runner and exec path against Docker measured in the same run,
-// and prints a Markdown table (or JSON) of the figures and their ratios. `make bench` runs it with
+// Command bench measures Tether's runner, exec path and file transfers against Docker measured in
+// the same run, and its snapshots against tar and zstd on the same tree, and prints a Markdown table (or JSON) of the figures and their ratios. `make bench` runs it with
 // TETHER_BIN_DIR pointing at freshly built binaries. It asserts nothing about timings.
 package main
 
@@ -24,13 +24,15 @@ type config struct {
 	size     int64 // throughput bytes
 	fileSize int64 // file get/put bytes
 	b64Size  int64 // base64-over-exec file bytes
+	treeSize int64 // bytes of the generated snapshot tree
 	asJSON   bool
 	noDocker bool
+	noSnap   bool
 }
 
 func main() {
 	var cfg config
-	var mib, fileMiB, b64MiB int64
+	var mib, fileMiB, b64MiB, treeMiB int64
 	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
 	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
 	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
@@ -38,14 +40,16 @@ func main() {
 	flag.Int64Var(&mib, "mib", 50, "MiB of exec output per throughput round")
 	flag.Int64Var(&fileMiB, "file-mib", 1024, "MiB of the file got and put through the Go client")
 	flag.Int64Var(&b64MiB, "b64-mib", 64, "MiB of the file got and put as base64 over exec in 192 KiB chunks")
+	flag.Int64Var(&treeMiB, "tree-mib", 1024, "MiB of the generated source-like tree that is snapshotted and restored")
+	flag.BoolVar(&cfg.noSnap, "no-snapshot", false, "skip the snapshot capture and restore rows")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
-	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib and -b64-mib must be at least 1")
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib and -tree-mib must be at least 1")
 		os.Exit(2)
 	}
-	cfg.size, cfg.fileSize, cfg.b64Size = mib<<20, fileMiB<<20, b64MiB<<20
+	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20
 	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
 	if cfg.binDir == "" {
 		cfg.binDir = "bin"
