@@ -24,46 +24,69 @@ type BodySum struct {
 	SHA256 string `json:"sha256"`
 }
 
-// BodyWriter frames a body onto w.
+// BodyWriter frames a body onto w. It gathers what it is given into chunks of bodyChunk bytes
+// and sends each chunk's length and data in one write: small writes (a tar header, a zstd
+// block) would otherwise each cost a stream frame and a websocket message.
 type BodyWriter struct {
 	w   io.Writer
 	n   int64
 	sum hash.Hash
+	buf []byte // 4-byte length, then up to bodyChunk bytes of data
 	hdr [4]byte
 }
 
-func NewBodyWriter(w io.Writer) *BodyWriter { return &BodyWriter{w: w, sum: sha256.New()} }
+// bodyChunk is the size of the chunks a BodyWriter sends.
+const bodyChunk = 256 << 10
+
+func NewBodyWriter(w io.Writer) *BodyWriter {
+	return &BodyWriter{w: w, sum: sha256.New(), buf: make([]byte, 4, 4+bodyChunk)}
+}
 
 func (b *BodyWriter) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
-		n := min(len(p), maxBodyChunk)
-		binary.BigEndian.PutUint32(b.hdr[:], uint32(n))
-		if _, err := b.w.Write(b.hdr[:]); err != nil {
-			return written, err
-		}
-		if _, err := b.w.Write(p[:n]); err != nil {
-			return written, err
-		}
+		n := min(len(p), cap(b.buf)-len(b.buf))
+		b.buf = append(b.buf, p[:n]...)
 		b.sum.Write(p[:n])
 		b.n += int64(n)
 		written += n
 		p = p[n:]
+		if len(b.buf) == cap(b.buf) {
+			if err := b.flush(); err != nil {
+				return written, err
+			}
+		}
 	}
 	return written, nil
 }
 
-// ReadFrom lets io.Copy hand us large buffers, so chunks stay big.
+// flush sends the gathered data as one chunk.
+func (b *BodyWriter) flush() error {
+	if len(b.buf) == 4 {
+		return nil
+	}
+	binary.BigEndian.PutUint32(b.buf[:4], uint32(len(b.buf)-4))
+	_, err := b.w.Write(b.buf)
+	b.buf = b.buf[:4]
+	return err
+}
+
+// ReadFrom reads straight into the chunk buffer, saving a copy.
 func (b *BodyWriter) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, 256<<10)
 	var total int64
 	for {
-		n, err := r.Read(buf)
+		n, err := r.Read(b.buf[len(b.buf):cap(b.buf)])
 		if n > 0 {
-			if _, werr := b.Write(buf[:n]); werr != nil {
-				return total, werr
-			}
+			data := b.buf[len(b.buf) : len(b.buf)+n]
+			b.sum.Write(data)
+			b.n += int64(n)
 			total += int64(n)
+			b.buf = b.buf[:len(b.buf)+n]
+			if len(b.buf) == cap(b.buf) {
+				if ferr := b.flush(); ferr != nil {
+					return total, ferr
+				}
+			}
 		}
 		if err == io.EOF {
 			return total, nil
@@ -77,6 +100,9 @@ func (b *BodyWriter) ReadFrom(r io.Reader) (int64, error) {
 // Finish writes the terminator and returns what was sent.
 func (b *BodyWriter) Finish() (BodySum, error) {
 	s := BodySum{Bytes: b.n, SHA256: hex.EncodeToString(b.sum.Sum(nil))}
+	if err := b.flush(); err != nil {
+		return s, err
+	}
 	binary.BigEndian.PutUint32(b.hdr[:], 0)
 	if _, err := b.w.Write(b.hdr[:]); err != nil {
 		return s, err
@@ -86,6 +112,9 @@ func (b *BodyWriter) Finish() (BodySum, error) {
 
 // Abort ends the body as failed with err; the reader returns err instead of io.EOF.
 func (b *BodyWriter) Abort(err error) error {
+	if ferr := b.flush(); ferr != nil {
+		return ferr
+	}
 	binary.BigEndian.PutUint32(b.hdr[:], abortChunk)
 	if _, werr := b.w.Write(b.hdr[:]); werr != nil {
 		return werr

@@ -32,6 +32,9 @@ type WSConn struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+
+	errMu    sync.Mutex
+	asyncErr error // a failed send of a write nobody waited for; later writes report it
 }
 
 type wsWrite struct {
@@ -41,7 +44,7 @@ type wsWrite struct {
 
 // NewWSConn wraps ws. Compression must already be off for ws: payloads are zstd or small frames.
 func NewWSConn(ws *websocket.Conn) *WSConn {
-	c := &WSConn{ws: ws, writes: make(chan wsWrite), closed: make(chan struct{})}
+	c := &WSConn{ws: ws, writes: make(chan wsWrite, 16), closed: make(chan struct{})}
 	ws.SetReadLimit(ReadLimit)
 	_ = ws.SetReadDeadline(time.Now().Add(PongWait))
 	ws.SetPongHandler(func(string) error {
@@ -65,10 +68,7 @@ func (c *WSConn) writeLoop() {
 	for {
 		select {
 		case w := <-c.writes:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-			err := c.ws.WriteMessage(websocket.BinaryMessage, w.p)
-			w.done <- err
-			if err != nil {
+			if err := c.writeMessage(w); err != nil {
 				c.Close()
 				return
 			}
@@ -80,6 +80,59 @@ func (c *WSConn) writeLoop() {
 		case <-c.closed:
 			return
 		}
+	}
+}
+
+// writeMessage sends w, and writes queued right behind it, as one websocket message. yamux
+// writes each frame as a 12-byte header and then its body; sending them together halves the
+// messages (and syscalls) per frame. A message ends with the first write someone waits for.
+func (c *WSConn) writeMessage(w wsWrite) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+	mw, err := c.ws.NextWriter(websocket.BinaryMessage)
+	var waiting []chan error
+	for {
+		if err == nil {
+			_, err = mw.Write(w.p)
+		}
+		if w.done != nil {
+			waiting = append(waiting, w.done)
+			break
+		}
+		next, more := c.queued()
+		if !more {
+			break
+		}
+		w = next
+	}
+	if mw != nil {
+		if cerr := mw.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		c.failAsync(err)
+	}
+	for _, d := range waiting {
+		d <- err
+	}
+	return err
+}
+
+// queued returns a write already waiting, without blocking.
+func (c *WSConn) queued() (wsWrite, bool) {
+	select {
+	case w := <-c.writes:
+		return w, true
+	default:
+		return wsWrite{}, false
+	}
+}
+
+func (c *WSConn) failAsync(err error) {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.asyncErr == nil {
+		c.asyncErr = err
 	}
 }
 
@@ -112,13 +165,36 @@ func (c *WSConn) Read(p []byte) (int, error) {
 	}
 }
 
+// smallWrite is the size up to which Write copies and returns at once: a frame header, a window
+// update. The writer goroutine sends it with what follows.
+const smallWrite = 64
+
 func (c *WSConn) Write(p []byte) (int, error) {
-	// The writer goroutine sends p before answering, so p need not be copied.
-	w := wsWrite{p: p, done: make(chan error, 1)}
+	select {
+	case <-c.closed:
+		return 0, net.ErrClosed
+	default:
+	}
+	c.errMu.Lock()
+	err := c.asyncErr
+	c.errMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	w := wsWrite{p: p}
+	if len(p) <= smallWrite {
+		w.p = append([]byte(nil), p...)
+	} else {
+		// The writer goroutine sends p before answering, so p need not be copied.
+		w.done = make(chan error, 1)
+	}
 	select {
 	case c.writes <- w:
 	case <-c.closed:
 		return 0, net.ErrClosed
+	}
+	if w.done == nil {
+		return len(p), nil
 	}
 	select {
 	case err := <-w.done:
