@@ -5,10 +5,10 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := $(CURDIR)/bin
-BINARIES  := tether tether-runner tether-provider-local
+BINARIES  := tether tether-runner tether-provider-local tether-provider-docker tether-provider-daytona
 export CGO_ENABLED := 0
 
-.PHONY: all build demo test test-short bench lint generate images clean deps
+.PHONY: all build demo test test-short bench lint generate image images clean deps
 
 all: build
 
@@ -46,6 +46,12 @@ generate:
 # can be pulled.
 images: build deps
 	.ci/images $(BIN)
+
+# Just the runner image (tether-runner:dev), the Docker provider's default: any image with /bin/sh
+# works too, since the provider copies the runner in.
+image: build
+	@.ci/deps docker busybox
+	.ci/images $(BIN) runner
 
 deps:
 	.ci/deps

@@ -96,8 +96,9 @@ func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, arg
 			_, err = body.Finish()
 		}
 		if err != nil {
-			// Half-close without the body's terminator: the runner sees a cut body and
-			// publishes nothing.
+			// The body ends as failed, with the reason when it is ours (the source failed a
+			// check) — never with a terminator: the runner publishes nothing.
+			_ = body.Abort(err)
 			st.Close()
 		}
 		sent <- err
@@ -116,11 +117,15 @@ func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, arg
 		defer timer.Stop()
 		select {
 		case a := <-answered:
+			if err != nil {
+				// The source failing is the cause; the runner only saw the body end.
+				if protocol.CodeOf(err) != protocol.CodeInternal {
+					return err
+				}
+				return protocol.Errorf(protocol.CodeFailed, "upload interrupted: %v", err)
+			}
 			if a.err == nil && a.tr.Err() != nil {
 				return a.tr.Err()
-			}
-			if err != nil {
-				return protocol.Errorf(protocol.CodeFailed, "upload interrupted: %v", err)
 			}
 			if a.err != nil {
 				return a.err

@@ -140,6 +140,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
 
 	op := http.NewServeMux()
+	op.HandleFunc("GET /v1/providers", s.handleListProviders)
 	op.HandleFunc("POST /v1/workspaces", s.handleCreateWorkspace)
 	op.HandleFunc("GET /v1/workspaces", s.handleListWorkspaces)
 	op.HandleFunc("GET /v1/workspaces/{id}", s.handleGetWorkspace)

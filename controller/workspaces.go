@@ -81,7 +81,7 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	go func() {
 		defer s.bg.Done()
 		defer close(done)
-		if err := s.startAllocationWith(s.ctx, prov, ws, token, nil); err != nil {
+		if err := s.startAllocationWith(s.ctx, prov, ws, token, req.Options); err != nil {
 			s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
 			_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "provisioning failed")
 			return
@@ -106,7 +106,7 @@ func (s *Server) startAllocation(ctx context.Context, prov provider.Provider, ws
 }
 
 // startAllocationWith is startAllocation with provider options for the new sandbox.
-func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider, ws api.Workspace, token string, _ map[string]string) error {
+func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider, ws api.Workspace, token string, opts map[string]string) error {
 	fail := func(reason string) error {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
 		// A failed Create leaves nothing behind (not_found); anything it did start is stopped.
@@ -117,7 +117,7 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 	}
 	alloc, err := prov.Create(ctx, provider.CreateRequest{
 		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
-		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary,
+		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary, Options: opts,
 	})
 	if err != nil {
 		return fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))

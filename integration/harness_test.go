@@ -42,7 +42,7 @@ func run(m *testing.M) (int, error) {
 			return 0, err
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "../cmd/tether", "../cmd/tether-runner", "../cmd/tether-provider-local")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "../cmd/tether", "../cmd/tether-runner", "../cmd/tether-provider-local", "../cmd/tether-provider-docker", "../cmd/tether-provider-daytona")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return 0, fmt.Errorf("build binaries: %v\n%s", err, out)

@@ -86,6 +86,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newSnapshotCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
+		newProviderCmd(c),
 		newDemoCmd(c),
 	)
 	return root

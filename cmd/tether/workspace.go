@@ -26,6 +26,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	var req api.CreateWorkspaceRequest
 	var source string
 	var asJSON bool
+	var provOpts []string
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a workspace and wait until its runner is ready",
@@ -39,6 +40,9 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
 					return protocol.Errorf(protocol.CodeInvalidArgument, "--source %s is not a directory", source)
 				}
+			}
+			if req.Options, err = parseProviderOpts(provOpts); err != nil {
+				return err
 			}
 			ws, err := cl.CreateWorkspace(cmd.Context(), req)
 			if err != nil {
@@ -66,6 +70,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider plugin (default: the controller's, local)")
+	cmd.Flags().StringArrayVar(&provOpts, "provider-opt", nil, "provider option K=V for this workspace's sandbox, repeatable (see tether provider ls)")
 	cmd.Flags().StringVar(&req.Name, "name", "", "workspace name (default: its id)")
 	cmd.Flags().StringVar(&source, "source", "", "directory to copy into the workspace (a Git checkout included)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")

@@ -38,6 +38,8 @@ type Workspace struct {
 type CreateWorkspaceRequest struct {
 	Name     string `json:"name,omitempty"`
 	Provider string `json:"provider,omitempty"`
+	// Options are passed to the provider for this workspace's sandbox (see `tether provider ls`).
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // Run states.
@@ -117,8 +119,9 @@ type Snapshot struct {
 
 // RestoreRequest is the body of POST /v1/snapshots/{id}/restore.
 type RestoreRequest struct {
-	Name     string `json:"name,omitempty"`
-	Provider string `json:"provider,omitempty"`
+	Name     string            `json:"name,omitempty"`
+	Provider string            `json:"provider,omitempty"`
+	Options  map[string]string `json:"options,omitempty"`
 }
 
 // RestoreResult answers a restore: the new workspace and the snapshot it holds.

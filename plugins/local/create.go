@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tetherhq/tether/plugins/provider"
 )
@@ -32,8 +33,8 @@ var passEnv = []string{"HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDI
 // defaultPath is used when the host has no PATH at all.
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-// Create makes the allocation directory and workspace root and starts the
-// runner in them as a host process in its own session.
+// Create makes the allocation directory, its marker and workspace root, and
+// starts the runner there as a host process in its own session.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Allocation, error) {
 	dir, err := p.allocationDir(req.AllocationID)
 	if err != nil {
@@ -55,7 +56,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err := mkdirPrivate(dir); err != nil {
 		return provider.Allocation{}, err
 	}
-	alloc, err := startRunner(dir, req)
+	m := marker{Allocation: req.AllocationID, Workspace: req.WorkspaceID, ControllerURL: req.ControllerURL,
+		Runner: req.RunnerBinary, Env: req.Env, Labels: req.Labels, Created: time.Now().UTC()}
+	alloc, err := createIn(dir, m, req)
 	if err != nil {
 		// Nothing was handed out yet; leave no half-made allocation behind.
 		_ = removeTree(dir)
@@ -64,9 +67,25 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return alloc, nil
 }
 
-func startRunner(dir string, req provider.CreateRequest) (provider.Allocation, error) {
+func createIn(dir string, m marker, req provider.CreateRequest) (provider.Allocation, error) {
+	if err := writeMarker(dir, m); err != nil {
+		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "%v", err)
+	}
+	if err := mkdirPrivate(filepath.Join(dir, rootDirName)); err != nil {
+		return provider.Allocation{}, err
+	}
+	return startRunner(dir, m, req.RunnerToken)
+}
+
+// startRunner starts the allocation's runner binary in its root and records
+// its pid and start time.
+func startRunner(dir string, m marker, token string) (provider.Allocation, error) {
 	root := filepath.Join(dir, rootDirName)
-	if err := mkdirPrivate(root); err != nil {
+	if err := lstatPrivate(root); err != nil {
+		return provider.Allocation{}, err
+	}
+	runner := m.Runner
+	if err := checkRunnerBinary(runner); err != nil {
 		return provider.Allocation{}, err
 	}
 	logPath := filepath.Join(dir, logFileName)
@@ -78,10 +97,10 @@ func startRunner(dir string, req provider.CreateRequest) (provider.Allocation, e
 	defer logFile.Close()
 
 	cmd := &exec.Cmd{
-		Path:   req.RunnerBinary,
-		Args:   []string{req.RunnerBinary},
+		Path:   runner,
+		Args:   []string{runner},
 		Dir:    root,
-		Env:    runnerEnv(req, root, os.Getenv),
+		Env:    runnerEnv(m, token, root, runner, os.Getenv),
 		Stdin:  nil, // /dev/null
 		Stdout: logFile,
 		Stderr: logFile,
@@ -112,7 +131,7 @@ func startRunner(dir string, req provider.CreateRequest) (provider.Allocation, e
 	go func() { _ = cmd.Wait() }()
 
 	return provider.Allocation{
-		ID:   req.AllocationID,
+		ID:   m.Allocation,
 		Root: root,
 		Info: map[string]string{
 			"pid": strconv.Itoa(pid),
@@ -125,25 +144,22 @@ func validateCreate(req provider.CreateRequest) error {
 	if req.WorkspaceID == "" || strings.ContainsRune(req.WorkspaceID, 0) {
 		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
 	}
-	if req.RunnerToken == "" || strings.ContainsRune(req.RunnerToken, 0) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
+	if err := checkToken(req.RunnerToken); err != nil {
+		return err
 	}
-	u, err := url.Parse(req.ControllerURL)
-	if err != nil || u.Host == "" || strings.ContainsRune(req.ControllerURL, 0) {
-		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", req.ControllerURL)
+	if err := checkControllerURL(req.ControllerURL); err != nil {
+		return err
 	}
-	if !filepath.IsAbs(req.RunnerBinary) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", req.RunnerBinary)
+	if err := checkRunnerBinary(req.RunnerBinary); err != nil {
+		return err
 	}
-	fi, err := os.Stat(req.RunnerBinary)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", req.RunnerBinary)
+	if err := options.Check(req.Options); err != nil {
+		return err
+	}
+	for k, v := range req.Labels {
+		if k == "" || strings.ContainsRune(k+v, 0) {
+			return provider.Errorf(provider.CodeInvalidArgument, "invalid label %q", k)
 		}
-		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", req.RunnerBinary)
 	}
 	for k, v := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -158,11 +174,43 @@ func validateCreate(req provider.CreateRequest) error {
 	return nil
 }
 
+func checkToken(token string) error {
+	if token == "" || strings.ContainsRune(token, 0) {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
+	}
+	return nil
+}
+
+func checkControllerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || strings.ContainsRune(s, 0) {
+		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", s)
+	}
+	return nil
+}
+
+func checkRunnerBinary(path string) error {
+	if !filepath.IsAbs(path) {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", path)
+		}
+		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", path)
+	}
+	return nil
+}
+
 // runnerEnv builds the runner's whole environment. The runner binary's
 // directory goes first on PATH so commands can call tether-runner (the
 // agent tools do) without knowing where the controller keeps it.
-func runnerEnv(req provider.CreateRequest, root string, getenv func(string) string) []string {
-	env := make(map[string]string, len(passEnv)+len(req.Env)+6)
+func runnerEnv(m marker, token, root, runner string, getenv func(string) string) []string {
+	env := make(map[string]string, len(passEnv)+len(m.Env)+6)
 	for _, k := range passEnv {
 		if v := getenv(k); v != "" {
 			env[k] = v
@@ -172,14 +220,14 @@ func runnerEnv(req provider.CreateRequest, root string, getenv func(string) stri
 	if path == "" {
 		path = defaultPath
 	}
-	env["PATH"] = filepath.Dir(req.RunnerBinary) + string(os.PathListSeparator) + path
-	for k, v := range req.Env {
+	env["PATH"] = filepath.Dir(runner) + string(os.PathListSeparator) + path
+	for k, v := range m.Env {
 		env[k] = v
 	}
-	env[provider.EnvControllerURL] = req.ControllerURL
-	env[provider.EnvRunnerToken] = req.RunnerToken
-	env[provider.EnvAllocationID] = req.AllocationID
-	env[provider.EnvWorkspaceID] = req.WorkspaceID
+	env[provider.EnvControllerURL] = m.ControllerURL
+	env[provider.EnvRunnerToken] = token
+	env[provider.EnvAllocationID] = m.Allocation
+	env[provider.EnvWorkspaceID] = m.Workspace
 	env[provider.EnvWorkspaceRoot] = root
 
 	out := make([]string, 0, len(env))

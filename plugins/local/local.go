@@ -7,7 +7,6 @@ package local
 import (
 	"context"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"time"
 
@@ -17,17 +16,18 @@ import (
 // Name is the provider name reported by Info.
 const Name = "local"
 
-// Files inside StateDir/<allocation>/. The log and pid file sit beside the
-// workspace root, not in it, so workspace snapshots never pick them up.
+// Files inside StateDir/<allocation>/. The log, pid file and marker sit
+// beside the workspace root, not in it, so workspace snapshots never pick
+// them up.
 const (
-	rootDirName = "root"
-	logFileName = "runner.log"
-	pidFileName = "runner.pid"
+	rootDirName    = "root"
+	logFileName    = "runner.log"
+	pidFileName    = "runner.pid"
+	markerFileName = "allocation.json"
 )
 
-// allocationIDPattern keeps allocation ids usable as a single path element:
-// no separators, no dots, nothing a shell or a path join could reinterpret.
-var allocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+// options: the local provider has none; its only state is its state dir.
+var options = provider.Options{}
 
 // Provider runs runners as host processes. The zero value is not usable;
 // call New.
@@ -56,22 +56,33 @@ func New(version string) *Provider {
 // Info describes the provider.
 func (p *Provider) Info(context.Context) (provider.Info, error) {
 	return provider.Info{
-		Name:         Name,
-		Version:      p.version,
-		Capabilities: []string{"exec", "files"},
+		Name:    Name,
+		Version: p.version,
+		Capabilities: []string{"exec", "files", provider.CapStart, provider.CapStop,
+			provider.CapEndpoint, provider.CapInstallRunner},
+		ConfigSchema: options.Schema(),
 	}, nil
+}
+
+// ValidateConfig refuses any option (there are none) and a state dir that
+// is not an absolute path.
+func (p *Provider) ValidateConfig(_ context.Context, cfg provider.Config) error {
+	if err := options.Check(cfg.Options); err != nil {
+		return err
+	}
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return provider.Errorf(provider.CodeInvalidArgument, "state dir must be an absolute path, got %q", cfg.StateDir)
+	}
+	return nil
 }
 
 // Configure adopts cfg.StateDir, creating it 0700 if missing. It refuses a
 // state dir, or an allocation dir inside it, that another user could have
 // planted or could tamper with: runners are started from there with the
 // controller's privileges.
-func (p *Provider) Configure(_ context.Context, cfg provider.Config) error {
-	for k := range cfg.Options {
-		return provider.Errorf(provider.CodeInvalidArgument, "local provider has no option %q", k)
-	}
-	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
-		return provider.Errorf(provider.CodeInvalidArgument, "state dir must be an absolute path, got %q", cfg.StateDir)
+func (p *Provider) Configure(ctx context.Context, cfg provider.Config) error {
+	if err := p.ValidateConfig(ctx, cfg); err != nil {
+		return err
 	}
 	dir := filepath.Clean(cfg.StateDir)
 	if err := ensurePrivateDir(dir); err != nil {
@@ -116,9 +127,8 @@ func (p *Provider) allocationDir(id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !allocationIDPattern.MatchString(id) {
-		return "", provider.Errorf(provider.CodeInvalidArgument,
-			"allocation id %q must be 1-128 characters of [A-Za-z0-9_-]", id)
+	if err := provider.CheckAllocationID(id); err != nil {
+		return "", err
 	}
 	return filepath.Join(stateDir, id), nil
 }

@@ -235,6 +235,9 @@ func TestStopIgnoresRecycledPid(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	if err := writeMarker(dir, marker{Allocation: "old", Workspace: "ws-1"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := writePidFile(filepath.Join(dir, "runner.pid"), pid, st.start-1); err != nil {
 		t.Fatal(err)
 	}
@@ -270,8 +273,8 @@ func TestDestroyRemovesEverything(t *testing.T) {
 		if err := p.Destroy(ctx, id); err != nil {
 			t.Errorf("Destroy(%s) again: %v", id, err)
 		}
-		if err := p.Stop(ctx, id); err != nil {
-			t.Errorf("Stop(%s): %v", id, err)
+		if err := p.Stop(ctx, id); provider.ErrorCode(err) != provider.CodeNotFound {
+			t.Errorf("Stop(%s) = %v, want not_found", id, err)
 		}
 	}
 }

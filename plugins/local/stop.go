@@ -20,30 +20,35 @@ const (
 )
 
 // Stop terminates the runner's process group, then SIGKILLs whatever is
-// left of its session. It acts only on the process recorded in runner.pid,
-// identified by pid and start time, so a new plugin process (after a
-// controller restart) can stop runners an earlier one started without ever
-// hitting a recycled pid. Stopping an unknown or already stopped allocation
-// is not an error.
+// left of its session, and keeps the allocation's directory for Start. It
+// acts only on the process recorded in runner.pid, identified by pid and
+// start time, so a new plugin process (after a controller restart) can stop
+// runners an earlier one started without ever hitting a recycled pid.
+// Stopping a stopped allocation is not an error; an unknown one is
+// CodeNotFound.
 func (p *Provider) Stop(ctx context.Context, allocationID string) error {
-	dir, err := p.allocationDir(allocationID)
+	unlock := p.lock(allocationID)
+	defer unlock()
+	dir, _, err := p.owned(allocationID)
 	if err != nil {
 		return err
 	}
-	unlock := p.lock(allocationID)
-	defer unlock()
 	return stopAllocation(ctx, dir, p.stopGrace)
 }
 
 // Destroy stops the allocation and removes its directory, workspace
-// included. An unknown allocation is not an error.
+// included. An unknown allocation is not an error; a directory the provider
+// did not make is refused and left alone.
 func (p *Provider) Destroy(ctx context.Context, allocationID string) error {
-	dir, err := p.allocationDir(allocationID)
+	unlock := p.lock(allocationID)
+	defer unlock()
+	dir, _, err := p.owned(allocationID)
+	if provider.ErrorCode(err) == provider.CodeNotFound {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	unlock := p.lock(allocationID)
-	defer unlock()
 	if err := stopAllocation(ctx, dir, p.stopGrace); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,9 @@ const defaultStartTimeout = 30 * time.Second
 type Client struct {
 	Provider
 	plugin *plugin.Client
+	proto  plugin.ClientProtocol
 	pid    int
+	tail   *tailWriter
 }
 
 var _ Provider = (*Client)(nil)
@@ -73,6 +76,9 @@ func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.S
 	// gRPC stdio stream; route them through the logger too. go-plugin
 	// already names its own plugin log lines after the binary.
 	stdio := logger.Named(filepath.Base(abs)).StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
+	// The last lines the plugin wrote, whatever the log level: they explain
+	// a crash (a panic's stack goes straight to its stderr).
+	tail := newTailWriter(tailLines)
 	pc := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: pluginSets(nil),
@@ -84,12 +90,14 @@ func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.S
 		Logger:       logger,
 		StartTimeout: startTimeout,
 		SyncStdout:   stdio,
-		SyncStderr:   stdio,
+		SyncStderr:   io.MultiWriter(stdio, tail),
+		Stderr:       tail,
 	})
 
 	type result struct {
-		raw any
-		err error
+		raw   any
+		proto plugin.ClientProtocol
+		err   error
 	}
 	done := make(chan result, 1)
 	// The fork happens on this goroutine's thread. It never locks that
@@ -103,7 +111,7 @@ func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.S
 			return
 		}
 		raw, err := rpc.Dispense(pluginName)
-		done <- result{raw: raw, err: err}
+		done <- result{raw: raw, proto: rpc, err: err}
 	}()
 
 	var res result
@@ -120,6 +128,9 @@ func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.S
 	}
 	if res.err != nil {
 		pc.Kill()
+		if lines := tail.Lines(); len(lines) > 0 {
+			return nil, fmt.Errorf("open provider %s: %w (plugin output: %s)", abs, res.err, strings.Join(lines, " | "))
+		}
 		return nil, fmt.Errorf("open provider %s: %w", abs, res.err)
 	}
 	impl, ok := res.raw.(*grpcClient)
@@ -127,7 +138,35 @@ func open(ctx context.Context, path string, logger hclog.Logger, attr *syscall.S
 		pc.Kill()
 		return nil, fmt.Errorf("open provider %s: unexpected plugin type %T", abs, res.raw)
 	}
-	return &Client{Provider: impl, plugin: pc, pid: cmd.Process.Pid}, nil
+	return &Client{Provider: impl, plugin: pc, proto: res.proto, pid: cmd.Process.Pid, tail: tail}, nil
+}
+
+// pingTimeout bounds Ping: the health service answers on its own
+// goroutines, so only a wedged or stopped process takes longer.
+const pingTimeout = 5 * time.Second
+
+// Ping checks that the plugin process still answers.
+func (c *Client) Ping() error {
+	if c.plugin.Exited() {
+		return Errorf(CodeUnavailable, "plugin process has exited")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.proto.Ping() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return Errorf(CodeUnavailable, "plugin does not answer: %v", err)
+		}
+		return nil
+	case <-time.After(pingTimeout):
+		return Errorf(CodeUnavailable, "plugin did not answer a ping within %s", pingTimeout)
+	}
+}
+
+// LastOutput returns the last lines the plugin wrote to its stderr (its
+// logs, a panic's stack), oldest first.
+func (c *Client) LastOutput() []string {
+	return c.tail.Lines()
 }
 
 // Close kills the plugin process. Allocations it started keep running; a
@@ -163,13 +202,14 @@ func pluginEnv(environ []string, hostPID int) []string {
 	return append(env, envParentPID+"="+strconv.Itoa(hostPID))
 }
 
-// grpcClient implements Provider over the gRPC service.
+// grpcClient implements Provider over the Base and Provider services.
 type grpcClient struct {
-	rpc providerpb.ProviderClient
+	base providerpb.BaseClient
+	rpc  providerpb.ProviderClient
 }
 
 func (c *grpcClient) Info(ctx context.Context) (Info, error) {
-	resp, err := c.rpc.Info(ctx, &providerpb.InfoRequest{})
+	resp, err := c.base.Info(ctx, &providerpb.InfoRequest{})
 	if err != nil {
 		return Info{}, fromStatus(ctx, "Info", err)
 	}
@@ -177,14 +217,21 @@ func (c *grpcClient) Info(ctx context.Context) (Info, error) {
 		Name:         resp.GetName(),
 		Version:      resp.GetVersion(),
 		Capabilities: resp.GetCapabilities(),
+		ConfigSchema: resp.GetConfigSchema(),
 	}, nil
 }
 
+func configToPB(cfg Config) *providerpb.Config {
+	return &providerpb.Config{StateDir: cfg.StateDir, Options: cfg.Options}
+}
+
+func (c *grpcClient) ValidateConfig(ctx context.Context, cfg Config) error {
+	_, err := c.base.ValidateConfig(ctx, &providerpb.ValidateConfigRequest{Config: configToPB(cfg)})
+	return fromStatus(ctx, "ValidateConfig", err)
+}
+
 func (c *grpcClient) Configure(ctx context.Context, cfg Config) error {
-	_, err := c.rpc.Configure(ctx, &providerpb.ConfigureRequest{
-		StateDir: cfg.StateDir,
-		Options:  cfg.Options,
-	})
+	_, err := c.base.Configure(ctx, &providerpb.ConfigureRequest{Config: configToPB(cfg)})
 	return fromStatus(ctx, "Configure", err)
 }
 
@@ -196,6 +243,13 @@ func (c *grpcClient) Create(ctx context.Context, req CreateRequest) (Allocation,
 		RunnerToken:   req.RunnerToken,
 		RunnerBinary:  req.RunnerBinary,
 		Env:           req.Env,
+		Resources: &providerpb.Resources{
+			Cpus:      req.Resources.CPUs,
+			MemoryMib: req.Resources.MemoryMiB,
+			Pids:      req.Resources.Pids,
+		},
+		Labels:  req.Labels,
+		Options: req.Options,
 	})
 	if err != nil {
 		return Allocation{}, fromStatus(ctx, "Create", err)
@@ -207,12 +261,56 @@ func (c *grpcClient) Create(ctx context.Context, req CreateRequest) (Allocation,
 	return Allocation{ID: a.GetId(), Root: a.GetRoot(), Info: a.GetInfo()}, nil
 }
 
+func (c *grpcClient) Inspect(ctx context.Context, allocationID string) (Status, error) {
+	resp, err := c.rpc.Inspect(ctx, &providerpb.InspectRequest{AllocationId: allocationID})
+	if err != nil {
+		return Status{}, fromStatus(ctx, "Inspect", err)
+	}
+	st := State(resp.GetState())
+	switch st {
+	case StateCreating, StateRunning, StateStopped, StateArchived, StateGone:
+	default:
+		return Status{}, Errorf(CodeProviderFailed, "provider Inspect: unknown state %q", st)
+	}
+	return Status{State: st, Reason: resp.GetReason()}, nil
+}
+
+func (c *grpcClient) Start(ctx context.Context, req StartRequest) error {
+	_, err := c.rpc.Start(ctx, &providerpb.StartRequest{
+		AllocationId:  req.AllocationID,
+		RunnerToken:   req.RunnerToken,
+		ControllerUrl: req.ControllerURL,
+	})
+	return fromStatus(ctx, "Start", err)
+}
+
 func (c *grpcClient) Stop(ctx context.Context, allocationID string) error {
 	_, err := c.rpc.Stop(ctx, &providerpb.StopRequest{AllocationId: allocationID})
 	return fromStatus(ctx, "Stop", err)
 }
 
+func (c *grpcClient) Archive(ctx context.Context, allocationID string) error {
+	_, err := c.rpc.Archive(ctx, &providerpb.ArchiveRequest{AllocationId: allocationID})
+	return fromStatus(ctx, "Archive", err)
+}
+
 func (c *grpcClient) Destroy(ctx context.Context, allocationID string) error {
 	_, err := c.rpc.Destroy(ctx, &providerpb.DestroyRequest{AllocationId: allocationID})
 	return fromStatus(ctx, "Destroy", err)
+}
+
+func (c *grpcClient) Endpoint(ctx context.Context, allocationID string, port int) (Endpoint, error) {
+	if port < 1 || port > 65535 {
+		return Endpoint{}, Errorf(CodeInvalidArgument, "port %d is out of range 1-65535", port)
+	}
+	resp, err := c.rpc.Endpoint(ctx, &providerpb.EndpointRequest{AllocationId: allocationID, Port: int32(port)})
+	if err != nil {
+		return Endpoint{}, fromStatus(ctx, "Endpoint", err)
+	}
+	return Endpoint{URL: resp.GetUrl(), Headers: resp.GetHeaders()}, nil
+}
+
+func (c *grpcClient) InstallRunner(ctx context.Context, allocationID, runnerBinary string) error {
+	_, err := c.rpc.InstallRunner(ctx, &providerpb.InstallRunnerRequest{AllocationId: allocationID, RunnerBinary: runnerBinary})
+	return fromStatus(ctx, "InstallRunner", err)
 }

@@ -23,6 +23,9 @@ const (
 	CodeConflict           = "conflict"
 	CodeFailedPrecondition = "failed_precondition"
 	CodeUnsupported        = "unsupported"
+	// CodeForeign refuses an operation on a sandbox the provider did not
+	// create (another tool's container, a directory it did not make).
+	CodeForeign = "foreign"
 	// CodeUnavailable means the plugin process could not be reached
 	// (it crashed, or was closed).
 	CodeUnavailable = "unavailable"
@@ -77,6 +80,8 @@ func grpcCode(code string) codes.Code {
 		return codes.Unimplemented
 	case CodeUnavailable:
 		return codes.Unavailable
+	case CodeForeign:
+		return codes.PermissionDenied
 	default:
 		return codes.Internal
 	}

@@ -45,11 +45,14 @@ type grpcPlugin struct {
 	impl Provider
 }
 
+// GRPCServer registers both services of protocol version 1, Base and
+// Provider, on the plugin's one gRPC server.
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	providerpb.RegisterBaseServer(s, &baseServer{impl: p.impl})
 	providerpb.RegisterProviderServer(s, &grpcServer{impl: p.impl})
 	return nil
 }
 
 func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &grpcClient{rpc: providerpb.NewProviderClient(c)}, nil
+	return &grpcClient{base: providerpb.NewBaseClient(c), rpc: providerpb.NewProviderClient(c)}, nil
 }

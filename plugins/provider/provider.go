@@ -3,7 +3,8 @@
 // lets the controller load a provider as a separate plugin process.
 //
 // A provider main is one line: provider.Serve(myProvider). The controller
-// loads it with Open and uses the returned *Client as a Provider.
+// loads it with Open and uses the returned *Client as a Provider. Every
+// provider must pass the contract suite in plugins/providertest.
 package provider
 
 import "context"
@@ -13,8 +14,16 @@ type Config struct {
 	// StateDir is a private directory reserved for this provider
 	// (for example DATA/providers/local). The provider owns its contents.
 	StateDir string
-	// Options are provider specific settings from the operator's config.
+	// Options are provider specific settings from the operator's config,
+	// described by Info.ConfigSchema.
 	Options map[string]string
+}
+
+// Resources are limits for one allocation. Zero means the provider's default.
+type Resources struct {
+	CPUs      float64
+	MemoryMiB int64
+	Pids      int64
 }
 
 // CreateRequest asks a provider to start a sandbox running the runner.
@@ -25,13 +34,30 @@ type CreateRequest struct {
 	ControllerURL string
 	// RunnerToken is a one-use bootstrap token. Providers pass it to the
 	// runner only as the environment variable TETHER_RUNNER_TOKEN and never
-	// log it or store it anywhere else.
+	// log it or keep it after the runner has started.
 	RunnerToken string
 	// RunnerBinary is the absolute path, on the controller host, of the
-	// static tether-runner binary.
+	// static tether-runner binary. Create installs it as InstallRunner does.
 	RunnerBinary string
 	// Env is extra environment for the runner.
-	Env map[string]string
+	Env       map[string]string
+	Resources Resources
+	// Labels are recorded on the sandbox where the provider can (container
+	// labels). Keys starting with "tether." are the provider's own.
+	Labels map[string]string
+	// Options override the configured options for this allocation; the keys
+	// are those of the config schema.
+	Options map[string]string
+}
+
+// StartRequest restarts the runner of a stopped allocation.
+type StartRequest struct {
+	AllocationID string
+	// RunnerToken is a fresh one-use bootstrap token: the one given to
+	// Create was spent by the first runner.
+	RunnerToken string
+	// ControllerURL, when set, replaces the URL given to Create.
+	ControllerURL string
 }
 
 // Allocation describes a started sandbox.
@@ -43,27 +69,97 @@ type Allocation struct {
 	Info map[string]string
 }
 
+// State is where an allocation is in its life.
+type State string
+
+// Allocation states reported by Inspect.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateStopped  State = "stopped" // sandbox and files kept, runner not running
+	StateArchived State = "archived"
+	StateGone     State = "gone" // never existed here, or destroyed
+)
+
+// Status is what Inspect reports.
+type Status struct {
+	State  State
+	Reason string
+}
+
+// Endpoint is how to reach a port inside a sandbox.
+type Endpoint struct {
+	URL     string
+	Headers map[string]string
+}
+
 // Info identifies a provider.
 type Info struct {
 	Name         string
 	Version      string
 	Capabilities []string
+	// ConfigSchema is a JSON Schema document (an object with string
+	// properties) for Config.Options and CreateRequest.Options.
+	ConfigSchema string
+}
+
+// Capabilities a provider may report in Info.
+const (
+	CapStart         = "start"
+	CapStop          = "stop"
+	CapArchive       = "archive"
+	CapEndpoint      = "endpoint"
+	CapInstallRunner = "install_runner"
+	CapResources     = "resources" // Resources are enforced
+	CapIsolation     = "isolation" // the sandbox is isolated from the host
+)
+
+// Base is what every plugin answers: who it is and how it is configured.
+type Base interface {
+	Info(ctx context.Context) (Info, error)
+	// ValidateConfig checks cfg (unknown options, bad values) without
+	// adopting it; it fails with CodeInvalidArgument.
+	ValidateConfig(ctx context.Context, cfg Config) error
+	// Configure validates and adopts cfg. The host calls it once, before
+	// any other Provider method.
+	Configure(ctx context.Context, cfg Config) error
 }
 
 // Provider creates and tears down sandboxes. Methods return *Error for
 // failures the controller should tell apart; any other error crosses the
 // plugin boundary as CodeProviderFailed.
+//
+// A provider acts only on sandboxes it created itself (its own labels, its
+// own state dir): an allocation id naming anything else is refused with
+// CodeForeign, an unknown one with CodeNotFound. Malformed ids fail with
+// CodeInvalidArgument.
 type Provider interface {
-	Info(ctx context.Context) (Info, error)
-	Configure(ctx context.Context, cfg Config) error
-	// Create starts the runner and returns once its process has started;
-	// the controller observes readiness itself when the runner dials in.
+	Base
+	// Create makes the sandbox, installs the runner and starts it, and
+	// returns once its process has started; the controller observes
+	// readiness itself when the runner dials in. An id in use is
+	// CodeConflict. A failed Create leaves nothing behind.
 	Create(ctx context.Context, req CreateRequest) (Allocation, error)
-	// Stop kills the runner and everything it started. Idempotent.
+	// Inspect reports the allocation's state; an unknown id is StateGone.
+	Inspect(ctx context.Context, allocationID string) (Status, error)
+	// Start restarts the runner of a stopped allocation, in the sandbox and
+	// files it had. A running allocation is CodeConflict.
+	Start(ctx context.Context, req StartRequest) error
+	// Stop stops the runner and everything it started, and keeps the
+	// sandbox and its files for Start. Idempotent on a stopped allocation.
 	Stop(ctx context.Context, allocationID string) error
+	// Archive moves a stopped allocation to cheaper storage; providers
+	// without it return CodeUnsupported.
+	Archive(ctx context.Context, allocationID string) error
 	// Destroy stops the allocation and removes all its sandbox state.
 	// Idempotent: an unknown allocation is not an error.
 	Destroy(ctx context.Context, allocationID string) error
+	// Endpoint says how to reach port inside the sandbox.
+	Endpoint(ctx context.Context, allocationID string, port int) (Endpoint, error)
+	// InstallRunner copies the static runner at runnerBinary (a host path)
+	// into the sandbox, replacing the one there; the next Start runs it. A
+	// provider whose sandbox is the host itself (local) records the path.
+	InstallRunner(ctx context.Context, allocationID, runnerBinary string) error
 }
 
 // Environment variables a provider sets for the runner it starts.
@@ -73,4 +169,10 @@ const (
 	EnvAllocationID  = "TETHER_ALLOCATION_ID"
 	EnvWorkspaceID   = "TETHER_WORKSPACE_ID"
 	EnvWorkspaceRoot = "TETHER_WORKSPACE_ROOT"
+)
+
+// Labels a provider puts on the sandboxes it owns.
+const (
+	LabelWorkspace  = "tether.workspace"
+	LabelAllocation = "tether.allocation"
 )

@@ -66,13 +66,13 @@ func watchParent(logger hclog.Logger, parent int) {
 	}
 }
 
-// grpcServer exposes a Provider as the gRPC service.
-type grpcServer struct {
-	providerpb.UnimplementedProviderServer
+// baseServer exposes a Provider's Base methods as the Base service.
+type baseServer struct {
+	providerpb.UnimplementedBaseServer
 	impl Provider
 }
 
-func (s *grpcServer) Info(ctx context.Context, _ *providerpb.InfoRequest) (*providerpb.InfoResponse, error) {
+func (s *baseServer) Info(ctx context.Context, _ *providerpb.InfoRequest) (*providerpb.InfoResponse, error) {
 	info, err := s.impl.Info(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -81,18 +81,36 @@ func (s *grpcServer) Info(ctx context.Context, _ *providerpb.InfoRequest) (*prov
 		Name:         info.Name,
 		Version:      info.Version,
 		Capabilities: info.Capabilities,
+		ConfigSchema: info.ConfigSchema,
 	}, nil
 }
 
-func (s *grpcServer) Configure(ctx context.Context, req *providerpb.ConfigureRequest) (*providerpb.ConfigureResponse, error) {
-	err := s.impl.Configure(ctx, Config{StateDir: req.GetStateDir(), Options: req.GetOptions()})
-	if err != nil {
+func configFromPB(c *providerpb.Config) Config {
+	return Config{StateDir: c.GetStateDir(), Options: c.GetOptions()}
+}
+
+func (s *baseServer) ValidateConfig(ctx context.Context, req *providerpb.ValidateConfigRequest) (*providerpb.ValidateConfigResponse, error) {
+	if err := s.impl.ValidateConfig(ctx, configFromPB(req.GetConfig())); err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.ValidateConfigResponse{}, nil
+}
+
+func (s *baseServer) Configure(ctx context.Context, req *providerpb.ConfigureRequest) (*providerpb.ConfigureResponse, error) {
+	if err := s.impl.Configure(ctx, configFromPB(req.GetConfig())); err != nil {
 		return nil, toStatus(err)
 	}
 	return &providerpb.ConfigureResponse{}, nil
 }
 
+// grpcServer exposes a Provider as the Provider service.
+type grpcServer struct {
+	providerpb.UnimplementedProviderServer
+	impl Provider
+}
+
 func (s *grpcServer) Create(ctx context.Context, req *providerpb.CreateRequest) (*providerpb.CreateResponse, error) {
+	res := req.GetResources()
 	alloc, err := s.impl.Create(ctx, CreateRequest{
 		WorkspaceID:   req.GetWorkspaceId(),
 		AllocationID:  req.GetAllocationId(),
@@ -100,6 +118,9 @@ func (s *grpcServer) Create(ctx context.Context, req *providerpb.CreateRequest) 
 		RunnerToken:   req.GetRunnerToken(),
 		RunnerBinary:  req.GetRunnerBinary(),
 		Env:           req.GetEnv(),
+		Resources:     Resources{CPUs: res.GetCpus(), MemoryMiB: res.GetMemoryMib(), Pids: res.GetPids()},
+		Labels:        req.GetLabels(),
+		Options:       req.GetOptions(),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -111,6 +132,26 @@ func (s *grpcServer) Create(ctx context.Context, req *providerpb.CreateRequest) 
 	}}, nil
 }
 
+func (s *grpcServer) Inspect(ctx context.Context, req *providerpb.InspectRequest) (*providerpb.InspectResponse, error) {
+	st, err := s.impl.Inspect(ctx, req.GetAllocationId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.InspectResponse{State: string(st.State), Reason: st.Reason}, nil
+}
+
+func (s *grpcServer) Start(ctx context.Context, req *providerpb.StartRequest) (*providerpb.StartResponse, error) {
+	err := s.impl.Start(ctx, StartRequest{
+		AllocationID:  req.GetAllocationId(),
+		RunnerToken:   req.GetRunnerToken(),
+		ControllerURL: req.GetControllerUrl(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.StartResponse{}, nil
+}
+
 func (s *grpcServer) Stop(ctx context.Context, req *providerpb.StopRequest) (*providerpb.StopResponse, error) {
 	if err := s.impl.Stop(ctx, req.GetAllocationId()); err != nil {
 		return nil, toStatus(err)
@@ -118,9 +159,31 @@ func (s *grpcServer) Stop(ctx context.Context, req *providerpb.StopRequest) (*pr
 	return &providerpb.StopResponse{}, nil
 }
 
+func (s *grpcServer) Archive(ctx context.Context, req *providerpb.ArchiveRequest) (*providerpb.ArchiveResponse, error) {
+	if err := s.impl.Archive(ctx, req.GetAllocationId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.ArchiveResponse{}, nil
+}
+
 func (s *grpcServer) Destroy(ctx context.Context, req *providerpb.DestroyRequest) (*providerpb.DestroyResponse, error) {
 	if err := s.impl.Destroy(ctx, req.GetAllocationId()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &providerpb.DestroyResponse{}, nil
+}
+
+func (s *grpcServer) Endpoint(ctx context.Context, req *providerpb.EndpointRequest) (*providerpb.EndpointResponse, error) {
+	ep, err := s.impl.Endpoint(ctx, req.GetAllocationId(), int(req.GetPort()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.EndpointResponse{Url: ep.URL, Headers: ep.Headers}, nil
+}
+
+func (s *grpcServer) InstallRunner(ctx context.Context, req *providerpb.InstallRunnerRequest) (*providerpb.InstallRunnerResponse, error) {
+	if err := s.impl.InstallRunner(ctx, req.GetAllocationId(), req.GetRunnerBinary()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.InstallRunnerResponse{}, nil
 }

@@ -1,0 +1,212 @@
+// Package daytona is the Daytona sandbox provider: each allocation is a
+// Daytona sandbox, made and driven through Daytona's REST API with a small
+// typed client (client.go). The runner binary is uploaded through the
+// toolbox file API and started by a session command that alone carries the
+// one-use bootstrap token in its environment; endpoints are Daytona preview
+// links with their token header.
+//
+// The API key comes only from the environment (DAYTONA_API_KEY, or the
+// variable named by the api_key_env option), never from the config, and is
+// never logged.
+//
+// The provider owns only the sandboxes it made: they are named
+// tether-<allocation> and carry the labels tether.provider=daytona,
+// tether.allocation and tether.workspace. A sandbox under that name without
+// them is refused with foreign.
+//
+// Stop is stop-and-retain: it disables auto-delete, confirms that with a
+// fresh read (else retention_unconfirmed), and only then stops the
+// sandbox; an archived sandbox counts as stopped. The path never starts or
+// deletes the sandbox it retains.
+package daytona
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/plugins/provider"
+)
+
+// Name is the provider name reported by Info.
+const Name = "daytona"
+
+// DefaultAPIURL is Daytona's hosted API.
+const DefaultAPIURL = "https://app.daytona.io/api"
+
+// CodeRetentionUnconfirmed fails a Stop whose fresh read does not show
+// auto-delete disabled: stopping then could start a deletion clock.
+const CodeRetentionUnconfirmed = "retention_unconfirmed"
+
+const (
+	labelOwn = "tether.provider"
+	// labelURL keeps the controller URL given at create, for a Start that
+	// does not name one.
+	labelURL = "tether.controller-url"
+	// Paths under the sandbox's project dir.
+	workspaceSub = "workspace"
+	runnerSub    = ".tether/tether-runner"
+)
+
+var options = provider.Options{
+	{Name: "api_url", Default: DefaultAPIURL, Pattern: `https?://[^\s]+`, Description: "Daytona API base URL"},
+	{Name: "api_key_env", Default: "DAYTONA_API_KEY", Pattern: `[A-Z_][A-Z0-9_]{0,127}`,
+		Description: "environment variable holding the Daytona API key (the key itself is never configured)"},
+	{Name: "target", Pattern: `[a-z0-9-]{0,63}`, Description: "Daytona target (region), e.g. us or eu; unset: the organisation's default"},
+	{Name: "snapshot", Pattern: `[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}`, Description: "snapshot (image) sandboxes start from; unset: Daytona's default"},
+	{Name: "cpus", Pattern: `[0-9]{1,3}`, Description: "vCPUs when the allocation asks for none; unset: Daytona's default"},
+	{Name: "memory_gib", Pattern: `[0-9]{1,4}`, Description: "memory in GiB when the allocation asks for none"},
+	{Name: "disk_gib", Pattern: `[0-9]{1,5}`, Description: "disk in GiB"},
+	{Name: "auto_stop_interval", Default: "0", Pattern: `[0-9]{1,7}`,
+		Description: "minutes of inactivity before Daytona stops the sandbox; 0 disables (the default: the runner's connection is not activity Daytona sees)"},
+	{Name: "auto_archive_interval", Pattern: `[0-9]{1,7}`, Description: "minutes a stopped sandbox waits before Daytona archives it; unset: Daytona's default"},
+	{Name: "auto_delete_interval", Default: "-1", Pattern: `-1|[0-9]{1,7}`,
+		Description: "minutes a stopped sandbox waits before Daytona deletes it; -1 disables. Stop always disables it (stop-and-retain)"},
+	{Name: "start_timeout", Default: "180", Pattern: `[0-9]{1,5}`, Description: "seconds to wait for a sandbox to start"},
+}
+
+// configOnly options cannot be changed per allocation.
+var configOnly = map[string]bool{"api_url": true, "api_key_env": true, "start_timeout": true}
+
+// Provider runs runners in Daytona sandboxes. Call New.
+type Provider struct {
+	version string
+
+	mu       sync.Mutex
+	cfg      map[string]string // nil until Configure
+	stateDir string
+	cli      *Client
+	keyEnv   string
+	locks    map[string]*sync.Mutex
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Daytona provider reporting version.
+func New(version string) *Provider {
+	return &Provider{version: version, locks: make(map[string]*sync.Mutex)}
+}
+
+// Info describes the provider.
+func (p *Provider) Info(context.Context) (provider.Info, error) {
+	return provider.Info{
+		Name:    Name,
+		Version: p.version,
+		Capabilities: []string{provider.CapStart, provider.CapStop, provider.CapArchive, provider.CapEndpoint,
+			provider.CapInstallRunner, provider.CapResources, provider.CapIsolation},
+		ConfigSchema: options.Schema(),
+	}, nil
+}
+
+// ValidateConfig checks the options. The API key is not config.
+func (p *Provider) ValidateConfig(_ context.Context, cfg provider.Config) error {
+	if err := options.Check(cfg.Options); err != nil {
+		return err
+	}
+	_, err := intervals(options.Resolve(cfg.Options))
+	return err
+}
+
+// Configure adopts the options. It does not reach Daytona, and a missing
+// API key fails the operations that need it, not the plugin's start.
+func (p *Provider) Configure(ctx context.Context, cfg provider.Config) error {
+	if err := p.ValidateConfig(ctx, cfg); err != nil {
+		return err
+	}
+	resolved := options.Resolve(cfg.Options)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg, p.stateDir, p.keyEnv = resolved, cfg.StateDir, resolved["api_key_env"]
+	p.cli = NewClient(resolved["api_url"], os.Getenv(p.keyEnv))
+	return nil
+}
+
+func (p *Provider) configured() (*Client, map[string]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cli == nil {
+		return nil, nil, provider.Errorf(provider.CodeFailedPrecondition, "daytona provider is not configured")
+	}
+	if p.cli.key == "" {
+		return nil, nil, provider.Errorf(provider.CodeFailedPrecondition, "no Daytona API key: set %s in the controller's environment", p.keyEnv)
+	}
+	return p.cli, p.cfg, nil
+}
+
+// lock serialises operations on one allocation in this process.
+func (p *Provider) lock(id string) func() {
+	p.mu.Lock()
+	l, ok := p.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		p.locks[id] = l
+	}
+	p.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// sandboxName is allocation id's sandbox name.
+func sandboxName(id string) string { return "tether-" + id }
+
+// lifecycle intervals, in minutes; nil leaves Daytona's default.
+type lifecycle struct{ stop, archive, delete *int }
+
+func intervals(opts map[string]string) (lifecycle, error) {
+	var l lifecycle
+	for name, dst := range map[string]**int{"auto_stop_interval": &l.stop, "auto_archive_interval": &l.archive, "auto_delete_interval": &l.delete} {
+		if opts[name] == "" {
+			continue
+		}
+		v, err := strconv.Atoi(opts[name])
+		if err != nil {
+			return l, provider.Errorf(provider.CodeInvalidArgument, "%s %q: %v", name, opts[name], err)
+		}
+		*dst = &v
+	}
+	return l, nil
+}
+
+func startTimeout(opts map[string]string) time.Duration {
+	s, _ := strconv.Atoi(opts["start_timeout"])
+	if s <= 0 {
+		s = 180
+	}
+	return time.Duration(s) * time.Second
+}
+
+// owns reports whether sb carries this provider's labels for allocation id.
+func owns(sb Sandbox, id string) bool {
+	return sb.Labels[labelOwn] == Name && sb.Labels[provider.LabelAllocation] == id && sb.Name == sandboxName(id)
+}
+
+// owned reads allocation id's sandbox and checks it is ours: CodeNotFound
+// when there is none (or it is destroyed), CodeForeign when the name is
+// taken by a sandbox without our labels.
+func (p *Provider) owned(ctx context.Context, id string) (*Client, Sandbox, error) {
+	cli, _, err := p.configured()
+	if err != nil {
+		return nil, Sandbox{}, err
+	}
+	if err := provider.CheckAllocationID(id); err != nil {
+		return nil, Sandbox{}, err
+	}
+	sb, err := cli.Get(ctx, sandboxName(id))
+	if err != nil {
+		err = typed("get sandbox "+sandboxName(id), err)
+		if provider.ErrorCode(err) == provider.CodeNotFound {
+			return nil, Sandbox{}, provider.Errorf(provider.CodeNotFound, "allocation %s has no sandbox", id)
+		}
+		return nil, Sandbox{}, err
+	}
+	if !owns(sb, id) {
+		return nil, Sandbox{}, provider.Errorf(provider.CodeForeign,
+			"sandbox %s was not made by tether's daytona provider for allocation %s; refusing to touch it", sandboxName(id), id)
+	}
+	if sb.State == StateDestroyed || sb.State == StateDestroying {
+		return nil, Sandbox{}, provider.Errorf(provider.CodeNotFound, "allocation %s's sandbox is %s", id, sb.State)
+	}
+	return cli, sb, nil
+}
