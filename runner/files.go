@@ -2,22 +2,20 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/stableread"
 	"golang.org/x/sys/unix"
 )
 
@@ -289,16 +287,16 @@ func (r *Runner) fsRead(st *yamux.Stream, h protocol.Header) {
 			return err
 		}
 		defer f.Close()
-		start := time.Now()
-		before, err := f.Stat()
+		// Begin stats the file and probes it for writers before the first byte; Check then
+		// tells a torn read from a good one (see package stableread).
+		rd, err := stableread.Begin(f, clean)
 		if err != nil {
 			return err
 		}
+		before := rd.Info()
 		if !before.Mode().IsRegular() {
 			return protocol.Errorf(protocol.CodeInvalidArgument, "%s is not a regular file", clean)
 		}
-		// After the first stat and before the first byte: see readWasStable.
-		atStart := probeWriters(f)
 		off, n, err := readRange(args, before.Size())
 		if err != nil {
 			return err
@@ -318,11 +316,11 @@ func (r *Runner) fsRead(st *yamux.Stream, h protocol.Header) {
 		if err != nil {
 			return nil
 		}
-		if !readWasStable(f, before, atStart, start, off, n, sent.SHA256) {
-			writeTrailer(st, nil, protocol.Errorf(protocol.CodeChangedDuringCapture, "%s changed while it was read", clean))
-			return nil
+		sum, err := hex.DecodeString(sent.SHA256)
+		if err == nil {
+			err = rd.Check(context.Background(), off, n, sum)
 		}
-		writeTrailer(st, nil, nil)
+		writeTrailer(st, nil, err)
 		return nil
 	})
 	if err != nil {
@@ -362,112 +360,6 @@ func readRange(a protocol.FsReadArgs, size int64) (int64, int64, error) {
 		n = a.Length
 	}
 	return a.Offset, n, nil
-}
-
-// unchanged compares an open file's identity, size and times with an earlier stat.
-func unchanged(f interface{ Stat() (fs.FileInfo, error) }, before fs.FileInfo) error {
-	after, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	b, ok1 := stamp(before)
-	a, ok2 := stamp(after)
-	if !ok1 || !ok2 || a != b {
-		return errors.New("changed")
-	}
-	return nil
-}
-
-// fileStamp is what changes when a file's content may have: identity, size and times. ctime
-// matters most, since no caller can set it back.
-type fileStamp struct {
-	ino          uint64
-	size         int64
-	mtime, ctime unix.Timespec
-}
-
-// stamp reads a FileInfo's stat record. os.File.Stat carries a *syscall.Stat_t and the guard's
-// Lstat a *unix.Stat_t; asserting only one of them once made every comparison fall back to
-// size and mtime without saying so.
-func stamp(fi fs.FileInfo) (fileStamp, bool) {
-	switch st := fi.Sys().(type) {
-	case *syscall.Stat_t:
-		return fileStamp{st.Ino, st.Size, unix.Timespec(st.Mtim), unix.Timespec(st.Ctim)}, true
-	case *unix.Stat_t:
-		return fileStamp{st.Ino, st.Size, st.Mtim, st.Ctim}, true
-	}
-	return fileStamp{}, false
-}
-
-// coarseTick covers the coarsest timestamp clock (a jiffy at HZ=100 is 10 ms, with margin): two
-// writes within one tick of such a clock can leave a file's times unchanged.
-const coarseTick = 100 * time.Millisecond
-
-// settleTime is how long a write(2) may plausibly stay in progress. A file still open for
-// writing whose last change is more recent than this cannot be read as one version.
-const settleTime = time.Second
-
-// writers says whether anyone has a file open for writing, as a read lease probe tells it.
-type writers int
-
-const (
-	writersNone    writers = iota // a read lease was granted: no write was in progress
-	writersOpen                   // refused with EAGAIN: someone has the file open for writing
-	writersUnknown                // no lease to be had (not the owner, no CAP_LEASE, filesystem)
-)
-
-// probeWriters takes a read lease and gives it straight back: the kernel grants one only while
-// nobody has the file open for writing, and a process opening it for writing waits only while
-// the lease is held.
-func probeWriters(f *os.File) writers {
-	_, err := unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_RDLCK)
-	switch err {
-	case nil:
-		_, _ = unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
-		return writersNone
-	case unix.EAGAIN:
-		return writersOpen
-	}
-	return writersUnknown
-}
-
-// readWasStable decides whether the sum sent for a read is of one version of the file. Times
-// alone cannot tell: write(2) stamps mtime and ctime once, before it copies its data, so a write
-// already under way at the first stat keeps changing the file after it while the times stay the
-// same, and a torn mix would pass. atStart is the writer probe taken right after that stat.
-func readWasStable(f *os.File, before fs.FileInfo, atStart writers, start time.Time, off, n int64, sum string) bool {
-	if unchanged(f, before) != nil {
-		return false
-	}
-	age := time.Duration(0) // unknown: as if just changed
-	if st, ok := stamp(before); ok {
-		age = start.Sub(time.Unix(st.ctime.Unix()))
-	}
-	switch {
-	case atStart == writersNone && age > coarseTick:
-		// Nothing was being written; any later write moved ctime, which unchanged saw.
-		return true
-	case atStart == writersUnknown && age > settleTime:
-		// Without leases, a write in progress at the first stat would have had to stall
-		// for longer than any plausible write.
-		return true
-	}
-	atEnd := probeWriters(f)
-	if atEnd == writersOpen && age < settleTime {
-		return false // changed moments ago and still open for writing: may still be changing
-	}
-	// With no writer now, the file is at rest: reading it again gives that version, and
-	// a write starting after the probe moves ctime. Otherwise this is the best check left.
-	return sameContent(f, off, n, sum) && unchanged(f, before) == nil
-}
-
-// sameContent re-reads a range and compares its digest with what was sent.
-func sameContent(f *os.File, off, n int64, sum string) bool {
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, off, n)); err != nil {
-		return false
-	}
-	return hex.EncodeToString(h.Sum(nil)) == sum
 }
 
 // abandonWatch closes st when the controller closes its side while the runner is still sending:

@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/gitstate"
+	"github.com/tetherhq/tether/sandbox/stableread"
 	"golang.org/x/sys/unix"
 )
 
@@ -239,20 +240,26 @@ type fileID struct{ ino, dev uint64 }
 
 // copyFile archives the open regular file f as p. The file must be the
 // one that was listed (same inode) and must not change while it is read:
-// its inode, size, mtime and ctime are compared before and after, and a
-// short read fails too.
+// a short read fails, and so does anything that stableread.Check finds
+// (inode, size, mtime or ctime moved; or, for a file changed within the
+// last second or held open by a writer, a second read that differs). The
+// entry's bytes are in the archive by then: a failed check fails the
+// whole capture, so nothing that holds them is ever published.
 func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
-	var before, after unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &before); err != nil {
-		return fmt.Errorf("fstat %s: %w", p, err)
+	rd, err := stableread.Begin(f, p)
+	if err != nil {
+		return err
 	}
+	before := rd.Stamp()
 	if before.Mode&unix.S_IFMT != unix.S_IFREG || (listed != nil && (before.Ino != listed.ino || before.Dev != listed.dev)) {
 		return newError(CodeChangedDuringCapture, p, "file replaced while it was archived", nil)
 	}
-	if err := c.header(&tar.Header{Name: p, Typeflag: tar.TypeReg, Size: before.Size}, &before); err != nil {
-		return err
+	mt := time.Unix(before.Mtime.Unix()).UTC()
+	h := &tar.Header{Name: p, Typeflag: tar.TypeReg, Size: before.Size, Mode: int64(before.Mode & 0o7777), ModTime: mt, Format: tar.FormatPAX}
+	if err := c.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write archive: %w", err)
 	}
-	h := sha256.New()
+	sum := sha256.New()
 	left := before.Size
 	for left > 0 {
 		if err := c.ctx.Err(); err != nil {
@@ -260,7 +267,7 @@ func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
 		}
 		n, err := f.Read(c.buf[:min(int64(len(c.buf)), left)])
 		if n > 0 {
-			h.Write(c.buf[:n])
+			sum.Write(c.buf[:n])
 			if _, werr := c.tw.Write(c.buf[:n]); werr != nil {
 				return fmt.Errorf("write archive: %w", werr)
 			}
@@ -273,14 +280,16 @@ func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
 	}
-	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
-		return fmt.Errorf("fstat %s: %w", p, err)
-	}
-	if !sameFile(&before, &after) {
-		return newError(CodeChangedDuringCapture, p, "file changed while it was archived", nil)
+	digest := sum.Sum(nil)
+	if err := rd.Check(c.ctx, 0, before.Size, digest); err != nil {
+		var ce *stableread.Error
+		if errors.As(err, &ce) {
+			return newError(CodeChangedDuringCapture, p, "file "+ce.Reason, nil)
+		}
+		return err
 	}
 	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeFile, Mode: before.Mode & 0o7777, Size: before.Size,
-		SHA256: hex.EncodeToString(h.Sum(nil)), MTime: mtime(&before)})
+		SHA256: hex.EncodeToString(digest), MTime: mt})
 	return nil
 }
 
@@ -331,10 +340,6 @@ func lstat(d *fsguard.Root, rel string) (*unix.Stat_t, error) {
 		return nil, errors.New("lstat: no stat data")
 	}
 	return st, nil
-}
-
-func sameFile(a, b *unix.Stat_t) bool {
-	return a.Ino == b.Ino && a.Dev == b.Dev && a.Size == b.Size && a.Mtim == b.Mtim && a.Ctim == b.Ctim
 }
 
 func sameDir(a, b *unix.Stat_t) bool {

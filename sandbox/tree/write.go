@@ -3,7 +3,9 @@ package tree
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/stableread"
 )
 
 // WriteOptions controls Write.
@@ -108,17 +111,22 @@ func writeEntry(ctx context.Context, tw *tar.Writer, p, rel string, d fs.DirEntr
 }
 
 // writeFile copies exactly the size the header announced and fails if the
-// file changed while it was read, rather than archive a torn copy.
+// file changed while it was read, rather than archive a torn copy: a short
+// read, or anything stableread.Check finds (inode, size, mtime or ctime
+// moved; or, for a file changed within the last second or held open by a
+// writer, a second read that differs), fails the whole import with
+// changed_during_capture.
 func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, before fs.FileInfo) error {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	opened, err := f.Stat()
+	rd, err := stableread.Begin(f, p)
 	if err != nil {
 		return err
 	}
+	opened := rd.Info()
 	if !opened.Mode().IsRegular() || !os.SameFile(before, opened) {
 		return fmt.Errorf("%s: replaced while being archived", p)
 	}
@@ -127,18 +135,25 @@ func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, bef
 	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
-	n, err := io.Copy(tw, ctxReader{ctx, io.LimitReader(f, h.Size)})
+	// The digest is only needed when Check may read the file again.
+	var sum hash.Hash
+	dst := io.Writer(tw)
+	if !rd.Settled() {
+		sum = sha256.New()
+		dst = io.MultiWriter(tw, sum)
+	}
+	n, err := io.Copy(dst, ctxReader{ctx, io.LimitReader(f, h.Size)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
-	after, err := f.Stat()
-	if err != nil {
-		return err
+	if n != h.Size {
+		return &stableread.Error{Path: p, Reason: fmt.Sprintf("shrank while it was read (%d of %d bytes)", n, h.Size)}
 	}
-	if n != h.Size || after.Size() != h.Size || !after.ModTime().Equal(h.ModTime) {
-		return fmt.Errorf("%s: changed while being archived", p)
+	var digest []byte
+	if sum != nil {
+		digest = sum.Sum(nil)
 	}
-	return nil
+	return rd.Check(ctx, 0, h.Size, digest)
 }
 
 func tarMode(m fs.FileMode) int64 {
