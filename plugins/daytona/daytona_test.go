@@ -223,7 +223,9 @@ func TestFailedCreateCleanupByID(t *testing.T) {
 	if sbs := e.f.Sandboxes(); len(sbs) != 0 {
 		t.Fatalf("sandboxes left after a failed Create: %+v", sbs)
 	}
-	if !slices.ContainsFunc(e.f.Calls(), func(c string) bool { return strings.HasPrefix(c, "DELETE /sandbox/") && !strings.Contains(c, "tether-") }) {
+	if !slices.ContainsFunc(e.f.Calls(), func(c string) bool {
+		return strings.HasPrefix(c, "DELETE /sandbox/") && !strings.Contains(c, "tether-")
+	}) {
 		t.Errorf("cleanup did not delete by sandbox id: %v", e.f.Calls())
 	}
 	wantState(t, e.p, "a5", provider.StateGone)
