@@ -22,19 +22,21 @@ import (
 
 func newDemoCmd(c *cli) *cobra.Command {
 	var keep bool
+	var prov string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Walk the whole journey on a temporary controller with the local provider",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), c, keep) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), c, keep, prov) },
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary data directory")
+	cmd.Flags().StringVar(&prov, "provider", "local", "provider of the demo's workspaces (docker needs `make image` first)")
 	return cmd
 }
 
 // runDemo starts a real controller on a temporary data dir, creates a local workspace from a
 // sample Git repository, runs commands in it through the runner and shows the records.
-func runDemo(ctx context.Context, c *cli, keep bool) error {
+func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	tmp, err := os.MkdirTemp("", "tether-demo-")
 	if err != nil {
 		return err
@@ -45,7 +47,7 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	step := func(format string, args ...any) { c.printf("\n==> "+format+"\n", args...) }
 
 	step("starting a controller on a temporary data dir (%s)", tmp)
-	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: "local", sweepGrace: time.Hour}.config(filepath.Join(tmp, "data"))
+	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: prov, sweepGrace: time.Hour}.config(filepath.Join(tmp, "data"))
 	if err != nil {
 		return err
 	}
@@ -79,9 +81,9 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	}
 	c.printf("%s: README.md, hello.sh, 2 commits\n", repo)
 
-	step("tether workspace create --provider local --source %s", repo)
+	step("tether workspace create --provider %s --source %s", prov, repo)
 	start := time.Now()
-	ws, err := cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: "demo", Provider: "local"})
+	ws, err := cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: "demo", Provider: prov})
 	if err != nil {
 		return err
 	}
@@ -93,14 +95,14 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 	}
 	c.printf("workspace %s (%s) ready in %s, runner connected, root %s\n", ws.ID, ws.Name, time.Since(start).Round(time.Millisecond), ws.Root)
 
-	for _, argv := range [][]string{
-		{"git", "log", "--oneline"},
-		{"git", "status", "--short", "--branch"},
-		{"sh", "-c", "./hello.sh; echo \"pwd: $(pwd)\"; echo 'to stderr' >&2"},
-		{"sh", "-c", "exit 3"},
+	for _, run := range []struct{ shown, script string }{
+		{"git log --oneline", withGit("git log --oneline")},
+		{"git status --short --branch", withGit("git status --short --branch")},
+		{"sh -c './hello.sh; echo \"pwd: $(pwd)\"; echo to stderr >&2'", "./hello.sh; echo \"pwd: $(pwd)\"; echo 'to stderr' >&2"},
+		{"sh -c 'exit 3'", "exit 3"},
 	} {
-		step("tether exec %s -- %s", ws.Name, strings.Join(argv, " "))
-		exit, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: argv}, nil, c.stdout, c.stderr)
+		step("tether exec %s -- %s", ws.Name, run.shown)
+		exit, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", run.script}}, nil, c.stdout, c.stderr)
 		if err != nil {
 			return err
 		}
@@ -130,10 +132,10 @@ func runDemo(ctx context.Context, c *cli, keep bool) error {
 // demoSnapshot leaves work uncommitted, captures the workspace, destroys its sandbox and
 // restores it on a new one: the Git state, the unpushed commit and the dirty file survive.
 func demoSnapshot(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
-	const state = "git log --oneline -1; git status --short --branch"
+	state := withGit("git log --oneline -1; git status --short --branch")
 	step("tether exec %s -- sh -c 'echo wip >> README.md; git commit -qam wip; echo draft > notes.txt'", ws.Name)
 	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c",
-		"echo wip >> README.md && git -c user.name=demo -c user.email=demo@tether.invalid commit -qam 'Work in progress' && echo draft > notes.txt && " + state}},
+		"echo wip >> README.md && " + withGit("git -c user.name=demo -c user.email=demo@tether.invalid commit -qam 'Work in progress'") + " && echo draft > notes.txt && " + state}},
 		nil, c.stdout, c.stderr); err != nil {
 		return err
 	}
@@ -156,7 +158,7 @@ func demoSnapshot(ctx context.Context, c *cli, cl *client.Client, demoCLI func(.
 		return err
 	}
 	c.printf("workspace %s on a new allocation %s\n", res.Workspace.ID, res.Workspace.AllocationID)
-	step("tether exec demo-restored -- sh -c '%s'", state)
+	step("tether exec demo-restored -- sh -c 'git log --oneline -1; git status --short --branch'")
 	if _, err := cl.Exec(ctx, res.Workspace.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", state}}, nil, c.stdout, c.stderr); err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ func demoCloseReopen(ctx context.Context, c *cli, cl *client.Client, demoCLI fun
 		return err
 	}
 	step("tether exec %s -- sh -c 'cat notes.txt; git log --oneline -1'", ws.Name)
-	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "cat notes.txt; git log --oneline -1"}}, nil, c.stdout, c.stderr); err != nil {
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "cat notes.txt; " + withGit("git log --oneline -1")}}, nil, c.stdout, c.stderr); err != nil {
 		return err
 	}
 	step("tether workspace events %s", ws.Name)
@@ -281,4 +283,12 @@ func demoFiles(c *cli, demoCLI func(...string) error, step func(string, ...any),
 	}
 	c.printf("refused: %v\n", err)
 	return nil
+}
+
+// withGit runs a git command line in the workspace when the sandbox has git (the local
+// provider's host does; the FROM-scratch Docker image has only busybox) and otherwise says so,
+// showing the .git directory the snapshot still carries.
+func withGit(cmd string) string {
+	return "if command -v git >/dev/null 2>&1; then " + cmd +
+		"; else echo \"(no git in this sandbox; .git holds $(find .git -type f | wc -l) files)\"; fi"
 }
