@@ -31,20 +31,20 @@ type SnapshotCaptureArgs struct {
 // SnapshotSummary is what the controller keeps of a manifest beside the receipt; the full
 // manifest travels inside the archive as its last entry.
 type SnapshotSummary struct {
-	Entries   int             `json:"entries"`
-	Files     int             `json:"files"`
-	Dirs      int             `json:"dirs"`
-	Symlinks  int             `json:"symlinks"`
-	Bytes     int64           `json:"bytes"` // content bytes of the tree
-	Skipped   int             `json:"skipped,omitempty"`
-	Git       json.RawMessage `json:"git,omitempty"`
-	Parent    string          `json:"parent,omitempty"`
-	Manifest  string          `json:"manifest_sha256"` // SHA-256 of the manifest's canonical JSON
+	Entries  int             `json:"entries"`
+	Files    int             `json:"files"`
+	Dirs     int             `json:"dirs"`
+	Symlinks int             `json:"symlinks"`
+	Bytes    int64           `json:"bytes"` // content bytes of the tree
+	Skipped  int             `json:"skipped,omitempty"`
+	Git      json.RawMessage `json:"git,omitempty"`
+	Parent   string          `json:"parent,omitempty"`
+	Manifest string          `json:"manifest_sha256"` // SHA-256 of the manifest's canonical JSON
 	// Tree is the SHA-256 of the entries' canonical JSON (paths, types, modes, sizes, content
 	// hashes, link targets, mtimes): two captures of an unchanged tree have the same Tree.
-	Tree string `json:"tree_sha256"`
-	Tool      string          `json:"tool_version,omitempty"`
-	Encrypted bool            `json:"encrypted,omitempty"`
+	Tree      string `json:"tree_sha256"`
+	Tool      string `json:"tool_version,omitempty"`
+	Encrypted bool   `json:"encrypted,omitempty"`
 }
 
 // SnapshotRestoreArgs are the arguments of OpSnapshotRestore.

@@ -60,6 +60,9 @@ func (b *bench) all(ctx context.Context) error {
 	if !b.cfg.noSnap {
 		steps = append(steps, b.snapshots)
 	}
+	if !b.cfg.noDProv {
+		steps = append(steps, b.dockerProvider)
+	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err

@@ -28,6 +28,7 @@ type config struct {
 	asJSON   bool
 	noDocker bool
 	noSnap   bool
+	noDProv  bool // skip the Docker provider rows
 }
 
 func main() {
@@ -42,6 +43,7 @@ func main() {
 	flag.Int64Var(&b64MiB, "b64-mib", 64, "MiB of the file got and put as base64 over exec in 192 KiB chunks")
 	flag.Int64Var(&treeMiB, "tree-mib", 1024, "MiB of the generated source-like tree that is snapshotted and restored")
 	flag.BoolVar(&cfg.noSnap, "no-snapshot", false, "skip the snapshot capture and restore rows")
+	flag.BoolVar(&cfg.noDProv, "no-docker-provider", false, "skip the Docker provider rows (workspace start and 256 MiB file transfer in a container)")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()

@@ -147,10 +147,16 @@ func (t *tetherEnv) close() {
 	os.RemoveAll(t.data)
 }
 
-// createWorkspace times client.CreateWorkspace, which returns once the runner said hello.
+// createWorkspace times client.CreateWorkspace on the local provider, which returns once the
+// runner said hello.
 func (t *tetherEnv) createWorkspace(ctx context.Context, name string) (api.Workspace, time.Duration, error) {
+	return t.createWorkspaceOn(ctx, name, "local")
+}
+
+// createWorkspaceOn is createWorkspace on the named provider.
+func (t *tetherEnv) createWorkspaceOn(ctx context.Context, name, provider string) (api.Workspace, time.Duration, error) {
 	start := time.Now()
-	ws, err := t.cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: name, Provider: "local"})
+	ws, err := t.cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: name, Provider: provider})
 	took := time.Since(start)
 	if ws.ID != "" {
 		t.track(ws.ID)
@@ -160,6 +166,9 @@ func (t *tetherEnv) createWorkspace(ctx context.Context, name string) (api.Works
 	}
 	if ws.State != api.StateReady || !ws.Connected {
 		return ws, 0, fmt.Errorf("workspace %s is %s (connected %v): %s", ws.ID, ws.State, ws.Connected, ws.Reason)
+	}
+	if provider != "local" {
+		return ws, took, nil
 	}
 	if pid, err := t.runnerPID(ws); err == nil {
 		t.mu.Lock()
