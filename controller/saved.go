@@ -308,23 +308,6 @@ func (x *savedIndex) list(dir snapshot.Entry, clean, cursor, limitArg string) (p
 	return out, nil
 }
 
-// savedRange turns a request into an offset and length within a file of size bytes, exactly as
-// the runner does for a live read.
-func savedRange(a protocol.FsReadArgs, size int64) (int64, int64, error) {
-	if a.Suffix > 0 {
-		n := min(a.Suffix, size)
-		return size - n, n, nil
-	}
-	if a.Offset < 0 || (a.Offset > 0 && a.Offset >= size) {
-		return 0, 0, protocol.Errorf(protocol.CodeInvalidRange, "offset %d is outside a file of %d bytes", a.Offset, size)
-	}
-	n := size - a.Offset
-	if a.Length >= 0 && a.Length < n {
-		n = a.Length
-	}
-	return a.Offset, n, nil
-}
-
 // readSaved streams one archived file (or a range of it) out of the receipt's archive, opened
 // once for this request. The archive is read up to the entry (at position pos, since entries
 // come in manifest order) and no further. Every byte of the entry is hashed, those sent and
@@ -340,7 +323,7 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 		writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory, not a regular file", e.Path))
 		return
 	}
-	off, n, err := savedRange(args, e.Size)
+	off, n, err := args.Resolve(e.Size)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -117,3 +117,21 @@ type FsRenameArgs struct {
 	To      string `json:"to"`
 	Replace bool   `json:"replace,omitempty"`
 }
+
+// Resolve turns a read request into the offset and length it covers in a file of size bytes:
+// the last Suffix bytes, or Length bytes from Offset (to the end when Length < 0). An offset at
+// or past the end of a non-empty file is CodeInvalidRange.
+func (a FsReadArgs) Resolve(size int64) (off, n int64, err error) {
+	if a.Suffix > 0 {
+		n := min(a.Suffix, size)
+		return size - n, n, nil
+	}
+	if a.Offset < 0 || (a.Offset > 0 && a.Offset >= size) {
+		return 0, 0, Errorf(CodeInvalidRange, "offset %d is outside a file of %d bytes", a.Offset, size)
+	}
+	n = size - a.Offset
+	if a.Length >= 0 && a.Length < n {
+		n = a.Length
+	}
+	return a.Offset, n, nil
+}

@@ -297,7 +297,7 @@ func (r *Runner) fsRead(st *yamux.Stream, h protocol.Header) {
 		if !before.Mode().IsRegular() {
 			return protocol.Errorf(protocol.CodeInvalidArgument, "%s is not a regular file", clean)
 		}
-		off, n, err := readRange(args, before.Size())
+		off, n, err := args.Resolve(before.Size())
 		if err != nil {
 			return err
 		}
@@ -344,22 +344,6 @@ func notRegular(clean string, fi fs.FileInfo) error {
 		kind = "a device"
 	}
 	return protocol.Errorf(protocol.CodeInvalidArgument, "%s is %s, not a regular file", clean, kind)
-}
-
-// readRange turns a request into an offset and length within a file of size bytes.
-func readRange(a protocol.FsReadArgs, size int64) (int64, int64, error) {
-	if a.Suffix > 0 {
-		n := min(a.Suffix, size)
-		return size - n, n, nil
-	}
-	if a.Offset < 0 || (a.Offset > 0 && a.Offset >= size) {
-		return 0, 0, protocol.Errorf(protocol.CodeInvalidRange, "offset %d is outside a file of %d bytes", a.Offset, size)
-	}
-	n := size - a.Offset
-	if a.Length >= 0 && a.Length < n {
-		n = a.Length
-	}
-	return a.Offset, n, nil
 }
 
 // abandonWatch closes st when the controller closes its side while the runner is still sending:

@@ -5,13 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io/fs"
 	"math"
 	"net/http"
-	"net/url"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -242,13 +238,13 @@ func validateCreate(req provider.CreateRequest) error {
 	if req.WorkspaceID == "" || strings.ContainsAny(req.WorkspaceID, "\x00\n") {
 		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
 	}
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
-	if err := checkControllerURL(req.ControllerURL); err != nil {
+	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 		return err
 	}
-	if err := checkRunnerBinary(req.RunnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
@@ -283,38 +279,6 @@ func envName(k string) bool {
 		}
 	}
 	return true
-}
-
-func checkToken(token string) error {
-	if token == "" || strings.ContainsAny(token, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
-	}
-	return nil
-}
-
-func checkControllerURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || strings.ContainsAny(s, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", s)
-	}
-	return nil
-}
-
-func checkRunnerBinary(p string) error {
-	if !filepath.IsAbs(p) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", p)
-	}
-	fi, err := os.Stat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", p)
-	}
-	if err != nil {
-		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", p)
-	}
-	return nil
 }
 
 // q single-quotes s for sh.

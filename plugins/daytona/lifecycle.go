@@ -41,11 +41,11 @@ func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.S
 // Start starts a stopped (or archived) sandbox and the runner in it, with
 // the fresh token; a runner staged by InstallRunner is uploaded first.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
 	if req.ControllerURL != "" {
-		if err := checkControllerURL(req.ControllerURL); err != nil {
+		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 			return err
 		}
 	}
@@ -215,7 +215,7 @@ func (p *Provider) Endpoint(ctx context.Context, allocationID string, port int) 
 // starting one here would break stop-and-retain, so for a stopped sandbox
 // the binary's path is staged in the state dir and the next Start uploads it.
 func (p *Provider) InstallRunner(ctx context.Context, allocationID, runnerBinary string) error {
-	if err := checkRunnerBinary(runnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(runnerBinary); err != nil {
 		return err
 	}
 	unlock := p.lock(allocationID)
@@ -273,7 +273,7 @@ func (p *Provider) staged(id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := checkRunnerBinary(string(b)); err != nil {
+	if err := provider.CheckRunnerBinary(string(b)); err != nil {
 		return "", err
 	}
 	return string(b), nil

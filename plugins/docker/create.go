@@ -4,13 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -165,13 +162,13 @@ func validateCreate(req provider.CreateRequest) error {
 	if req.WorkspaceID == "" || strings.ContainsAny(req.WorkspaceID, "\x00\n") {
 		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
 	}
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
-	if err := checkControllerURL(req.ControllerURL); err != nil {
+	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 		return err
 	}
-	if err := checkRunnerBinary(req.RunnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
@@ -211,40 +208,6 @@ func checkReachable(network, controllerURL string) error {
 	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || (ip != nil && ip.IsLoopback()) {
 		return provider.Errorf(provider.CodeInvalidArgument,
 			"a runner on Docker network %q cannot reach a controller at %s (the host's loopback); use network=host or start the controller with --advertise-url on an address that network reaches", network, controllerURL)
-	}
-	return nil
-}
-
-// checkToken accepts tokens that are safe to single-quote into the boot
-// environment file.
-func checkToken(token string) error {
-	if token == "" || strings.ContainsAny(token, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
-	}
-	return nil
-}
-
-func checkControllerURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || strings.ContainsAny(s, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", s)
-	}
-	return nil
-}
-
-func checkRunnerBinary(path string) error {
-	if !filepath.IsAbs(path) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", path)
-	}
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", path)
-	}
-	if err != nil {
-		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", path)
 	}
 	return nil
 }

@@ -79,11 +79,11 @@ func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.S
 // Start resumes a stopped container. The runner restarts with the fresh
 // token, written to the boot environment file before the start.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
 	if req.ControllerURL != "" {
-		if err := checkControllerURL(req.ControllerURL); err != nil {
+		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 			return err
 		}
 	}
@@ -181,7 +181,7 @@ func (p *Provider) Endpoint(ctx context.Context, allocationID string, port int) 
 // InstallRunner copies the runner binary into the container, replacing
 // /tether-runner; the next Start runs it.
 func (p *Provider) InstallRunner(ctx context.Context, allocationID, runnerBinary string) error {
-	if err := checkRunnerBinary(runnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(runnerBinary); err != nil {
 		return err
 	}
 	unlock := p.lock(allocationID)

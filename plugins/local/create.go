@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,7 +83,7 @@ func startRunner(dir string, m marker, token string) (provider.Allocation, error
 		return provider.Allocation{}, err
 	}
 	runner := m.Runner
-	if err := checkRunnerBinary(runner); err != nil {
+	if err := provider.CheckRunnerBinary(runner); err != nil {
 		return provider.Allocation{}, err
 	}
 	logPath := filepath.Join(dir, logFileName)
@@ -144,13 +142,13 @@ func validateCreate(req provider.CreateRequest) error {
 	if req.WorkspaceID == "" || strings.ContainsRune(req.WorkspaceID, 0) {
 		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
 	}
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
-	if err := checkControllerURL(req.ControllerURL); err != nil {
+	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 		return err
 	}
-	if err := checkRunnerBinary(req.RunnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
@@ -170,38 +168,6 @@ func validateCreate(req provider.CreateRequest) error {
 				return provider.Errorf(provider.CodeInvalidArgument, "environment variable %s is set by the provider", k)
 			}
 		}
-	}
-	return nil
-}
-
-func checkToken(token string) error {
-	if token == "" || strings.ContainsRune(token, 0) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner token is required")
-	}
-	return nil
-}
-
-func checkControllerURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || strings.ContainsRune(s, 0) {
-		return provider.Errorf(provider.CodeInvalidArgument, "controller URL %q is not an absolute URL", s)
-	}
-	return nil
-}
-
-func checkRunnerBinary(path string) error {
-	if !filepath.IsAbs(path) {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %q must be an absolute path", path)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return provider.Errorf(provider.CodeNotFound, "runner binary %s does not exist", path)
-		}
-		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return provider.Errorf(provider.CodeInvalidArgument, "runner binary %s is not an executable file", path)
 	}
 	return nil
 }

@@ -54,11 +54,11 @@ func runnerState(dir string) (running bool, reason string, err error) {
 // with a fresh bootstrap token. Whatever the previous runner left running
 // in its session is stopped first.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := checkToken(req.RunnerToken); err != nil {
+	if err := provider.CheckToken(req.RunnerToken); err != nil {
 		return err
 	}
 	if req.ControllerURL != "" {
-		if err := checkControllerURL(req.ControllerURL); err != nil {
+		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
 			return err
 		}
 	}
@@ -112,7 +112,7 @@ func (p *Provider) Endpoint(_ context.Context, allocationID string, port int) (p
 // workspace would cost its size in disk each time): the next Start runs it
 // from where it is. A running runner is not touched.
 func (p *Provider) InstallRunner(_ context.Context, allocationID, runnerBinary string) error {
-	if err := checkRunnerBinary(runnerBinary); err != nil {
+	if err := provider.CheckRunnerBinary(runnerBinary); err != nil {
 		return err
 	}
 	unlock := p.lock(allocationID)

@@ -1,0 +1,49 @@
+package provider
+
+import (
+	"errors"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Checks every provider makes on what the controller hands it, shared so that all providers
+// refuse the same inputs with the same codes.
+
+// CheckToken accepts a bootstrap token that is safe to pass in an environment or a quoted
+// boot file: present, with no NUL or newline.
+func CheckToken(token string) error {
+	if token == "" || strings.ContainsAny(token, "\x00\n") {
+		return Errorf(CodeInvalidArgument, "runner token is required")
+	}
+	return nil
+}
+
+// CheckControllerURL accepts an absolute URL with a host.
+func CheckControllerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || strings.ContainsAny(s, "\x00\n") {
+		return Errorf(CodeInvalidArgument, "controller URL %q is not an absolute URL", s)
+	}
+	return nil
+}
+
+// CheckRunnerBinary accepts an absolute path to an executable regular file.
+func CheckRunnerBinary(path string) error {
+	if !filepath.IsAbs(path) {
+		return Errorf(CodeInvalidArgument, "runner binary %q must be an absolute path", path)
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Errorf(CodeNotFound, "runner binary %s does not exist", path)
+	}
+	if err != nil {
+		return Errorf(CodeProviderFailed, "runner binary: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return Errorf(CodeInvalidArgument, "runner binary %s is not an executable file", path)
+	}
+	return nil
+}
