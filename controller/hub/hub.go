@@ -93,8 +93,27 @@ func (h *Hub) Wait(ctx context.Context, allocationID string) (*Conn, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			h.dropWaiter(allocationID, ch)
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// dropWaiter forgets a waiter that gave up, so runners that never connect leave nothing behind.
+func (h *Hub) dropWaiter(allocationID string, ch chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ws := h.waiters[allocationID]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(h.waiters, allocationID)
+	} else {
+		h.waiters[allocationID] = ws
 	}
 }
 
