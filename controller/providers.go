@@ -27,6 +27,8 @@ const pluginPrefix = "tether-provider-"
 type providerSet struct {
 	dir      string
 	stateDir string
+	// options configure each provider by name (tether serve --provider-config NAME.KEY=VALUE).
+	options map[string]map[string]string
 	log      *slog.Logger
 
 	mu      sync.Mutex
@@ -152,7 +154,7 @@ func (h *pluginHandle) live(ctx context.Context, configure bool) (*provider.Clie
 		if err := os.MkdirAll(h.set.stateDir, 0o700); err != nil {
 			return nil, err
 		}
-		err := h.client.Configure(ctx, provider.Config{StateDir: filepath.Join(h.set.stateDir, h.name)})
+		err := h.client.Configure(ctx, provider.Config{StateDir: filepath.Join(h.set.stateDir, h.name), Options: h.set.options[h.name]})
 		if err != nil {
 			return nil, h.failedLocked(h.client, "Configure", err)
 		}

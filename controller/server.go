@@ -44,6 +44,8 @@ type Config struct {
 	SnapshotKeyFile string
 	// EncryptSnapshots is "auto" (on for S3, off for a local directory), "true" or "false".
 	EncryptSnapshots string
+	// ProviderOptions configure provider plugins by name (their config schema says which keys).
+	ProviderOptions map[string]map[string]string
 	// SweepGrace is how old an object without a receipt must be before the startup sweep
 	// removes it (another controller may be about to write its receipt).
 	SweepGrace time.Duration
@@ -116,6 +118,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs:     blobs, identity: identity, encrypt: encrypt,
 		ctx: sctx, cancel: cancel,
 	}
+	s.providers.options = cfg.ProviderOptions
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {

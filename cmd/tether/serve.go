@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ type serveFlags struct {
 	blobs, snapshotKey, encrypt, store                string
 	readyTimeout, sweepGrace                          time.Duration
 	maxFileSize                                       int64
+	providerConfig                                    []string
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -56,6 +58,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
+	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd
 }
 
@@ -78,6 +81,20 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		MaxFileSize: f.maxFileSize,
+	}
+	for _, kv := range f.providerConfig {
+		nameKey, value, ok := strings.Cut(kv, "=")
+		name, key, ok2 := strings.Cut(nameKey, ".")
+		if !ok || !ok2 || name == "" || key == "" {
+			return cfg, usageError{fmt.Errorf("--provider-config %q: want NAME.KEY=VALUE", kv)}
+		}
+		if cfg.ProviderOptions == nil {
+			cfg.ProviderOptions = map[string]map[string]string{}
+		}
+		if cfg.ProviderOptions[name] == nil {
+			cfg.ProviderOptions[name] = map[string]string{}
+		}
+		cfg.ProviderOptions[name][key] = value
 	}
 	if cfg.RunnerBinary, err = filepath.Abs(cfg.RunnerBinary); err != nil {
 		return cfg, err
