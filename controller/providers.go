@@ -29,7 +29,7 @@ type providerSet struct {
 	stateDir string
 	// options configure each provider by name (tether serve --provider-config NAME.KEY=VALUE).
 	options map[string]map[string]string
-	log      *slog.Logger
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	plugins map[string]*pluginHandle
@@ -289,4 +289,11 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// ExportFiles copies a workspace's files out through the provider's own file API (optional:
+// providers without it answer unsupported).
+func (h *pluginHandle) ExportFiles(ctx context.Context, req provider.ExportRequest) (res provider.ExportResult, err error) {
+	err = h.call(ctx, "ExportFiles", func(c *provider.Client) (err error) { res, err = c.ExportFiles(ctx, req); return })
+	return res, err
 }

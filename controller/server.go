@@ -152,6 +152,7 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("GET /v1/workspaces/{id}/exec", s.handleExec)
 	op.HandleFunc("GET /v1/workspaces/{id}/runs", s.handleListRuns)
 	op.HandleFunc("POST /v1/workspaces/{id}/close", s.handleClose)
+	op.HandleFunc("POST /v1/workspaces/{id}/export", s.handleExport)
 	op.HandleFunc("POST /v1/workspaces/{id}/reopen", s.handleReopen)
 	op.HandleFunc("GET /v1/workspaces/{id}/events", s.handleEvents)
 	op.HandleFunc("GET /v1/runs/{id}", s.handleRunShow)

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,6 +34,15 @@ func TestDaytonaProviderAgainstTheFake(t *testing.T) {
 	if r := c.cli(t, nil, "exec", "day", "--", "cat", "greeting.txt"); r.Code != 0 || r.Stdout != "hello daytona\n" {
 		t.Fatalf("exec: %+v", r)
 	}
+	// The way out for a runner that cannot connect: copy through the provider's own file API.
+	dest := t.TempDir()
+	var exp api.ExportResult
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "export", "day", "--to", dest, "--json")), &exp); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dest, "greeting.txt")); err != nil || string(b) != "hello daytona\n" || exp.Files == 0 {
+		t.Fatalf("export: %+v, %q, %v", exp, b, err)
+	}
 	var snap api.Snapshot
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "create", "day", "--json")), &snap); err != nil {
 		t.Fatal(err)
@@ -43,5 +54,9 @@ func TestDaytonaProviderAgainstTheFake(t *testing.T) {
 	c.mustCLI(t, "snapshot", "restore", snap.ID, "--provider", "local", "--name", "back")
 	if r := c.cli(t, nil, "exec", "back", "--", "cat", "greeting.txt"); r.Code != 0 || r.Stdout != "hello daytona\n" {
 		t.Fatalf("restored from a Daytona snapshot: %+v", r)
+	}
+	// Providers without a file API of their own say so.
+	if r := c.cli(t, nil, "workspace", "export", "back", "--to", t.TempDir()); r.Code != 14 || !strings.HasPrefix(r.Stderr, "error: unsupported: ") {
+		t.Fatalf("export on the local provider: %+v", r)
 	}
 }

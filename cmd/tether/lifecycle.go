@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -146,5 +147,47 @@ func newRunShowCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	return cmd
+}
+
+func newWorkspaceExportCmd(c *cli) *cobra.Command {
+	var req api.ExportRequest
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "export ID --to DIR [--max-bytes N]",
+		Short: "Copy the workspace's files out through the provider's file API (when its runner cannot connect)",
+		Long: "Copies into DIR on the controller's host. Each file is published whole or not at all; a host\n" +
+			"file newer than the sandbox's is left as it is and listed as skipped; a failed copy can be retried.",
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Dest == "" {
+				return usageError{fmt.Errorf("export needs --to DIR")}
+			}
+			dest, err := filepath.Abs(req.Dest)
+			if err != nil {
+				return err
+			}
+			req.Dest = dest
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			res, err := cl.ExportFiles(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(res)
+			}
+			c.printf("copied %d files (%s) into %s\n", res.Files, humanBytes(res.Bytes), req.Dest)
+			for _, s := range res.Skipped {
+				c.printf("kept newer host file %s\n", s)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Dest, "to", "", "directory on the controller's host")
+	cmd.Flags().Int64Var(&req.MaxBytes, "max-bytes", 8<<30, "refuse to copy more than this many bytes")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -164,3 +164,16 @@ type CloseResult struct {
 type ReopenRequest struct {
 	Provider string `json:"provider,omitempty"`
 }
+
+// ExportRequest is the body of POST /v1/workspaces/{id}/export.
+type ExportRequest struct {
+	Dest     string `json:"dest"` // absolute directory on the controller's host
+	MaxBytes int64  `json:"max_bytes"`
+}
+
+// ExportResult says what an export copied and which newer host files it left alone.
+type ExportResult struct {
+	Files   int      `json:"files"`
+	Bytes   int64    `json:"bytes"`
+	Skipped []string `json:"skipped"`
+}

@@ -198,3 +198,14 @@ func (c *Client) GetRun(ctx context.Context, id string) (api.Run, error) {
 	var r api.Run
 	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, "", &r)
 }
+
+// ExportFiles copies the workspace's files through its provider into dest on the controller's
+// host.
+func (c *Client) ExportFiles(ctx context.Context, id string, req api.ExportRequest) (api.ExportResult, error) {
+	var res api.ExportResult
+	body, err := jsonBody(req)
+	if err != nil {
+		return res, err
+	}
+	return res, c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/export", nil, body, "application/json", &res)
+}

@@ -255,6 +255,51 @@ func (c *Client) Upload(ctx context.Context, id, path, src string) error {
 	return c.do(ctx, http.MethodPost, toolbox(id, "/files/upload?path="+url.QueryEscape(path)), mw.FormDataContentType(), pr, nil)
 }
 
+// FileInfo is the documented toolbox FileInfo, the fields the provider reads.
+type FileInfo struct {
+	Name        string `json:"name"`
+	IsDir       bool   `json:"isDir"`
+	Size        int64  `json:"size"`
+	ModTime     string `json:"modTime"`
+	Mode        string `json:"mode,omitempty"`
+	Permissions string `json:"permissions,omitempty"`
+}
+
+// ListFiles is GET /toolbox/{id}/toolbox/files?path=: the entries of one
+// directory (not recursive).
+func (c *Client) ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error) {
+	var out []FileInfo
+	err := c.doJSON(ctx, http.MethodGet, toolbox(id, "/files?path="+url.QueryEscape(dir)), nil, &out)
+	return out, err
+}
+
+// Download is GET /toolbox/{id}/toolbox/files/download?path=: the file's
+// bytes as the body. The caller closes it.
+func (c *Client) Download(ctx context.Context, id, file string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+toolbox(id, "/files/download?path="+url.QueryEscape(file)), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var e struct {
+			Message any `json:"message"`
+		}
+		msg := strings.TrimSpace(string(b))
+		if json.Unmarshal(b, &e) == nil && e.Message != nil {
+			msg = fmt.Sprint(e.Message)
+		}
+		return nil, &APIError{Status: resp.StatusCode, Message: msg}
+	}
+	return resp.Body, nil
+}
+
 // CreateSession is POST /toolbox/{id}/toolbox/process/session.
 func (c *Client) CreateSession(ctx context.Context, id, session string) error {
 	return c.doJSON(ctx, http.MethodPost, toolbox(id, "/process/session"), map[string]string{"sessionId": session}, nil)

@@ -196,3 +196,11 @@ func (p *Provider) InstallRunner(ctx context.Context, allocationID, runnerBinary
 	}
 	return copyIn(ctx, cli, c.ID, []tarFile{{name: strings.TrimPrefix(runnerPath, "/"), mode: 0o755, data: data}})
 }
+
+var _ provider.Exporter = (*Provider)(nil)
+
+// ExportFiles is unsupported: the docker provider's workspace files are reached
+// through the runner, not through a provider API.
+func (p *Provider) ExportFiles(context.Context, provider.ExportRequest) (provider.ExportResult, error) {
+	return provider.ExportResult{}, provider.Errorf(provider.CodeUnsupported, "the docker provider does not export files")
+}

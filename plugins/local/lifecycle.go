@@ -127,3 +127,11 @@ func (p *Provider) InstallRunner(_ context.Context, allocationID, runnerBinary s
 	}
 	return nil
 }
+
+var _ provider.Exporter = (*Provider)(nil)
+
+// ExportFiles is unsupported: the local provider's workspace files are reached
+// through the runner, not through a provider API.
+func (p *Provider) ExportFiles(context.Context, provider.ExportRequest) (provider.ExportResult, error) {
+	return provider.ExportResult{}, provider.Errorf(provider.CodeUnsupported, "the local provider does not export files")
+}

@@ -163,6 +163,15 @@ func (c *Client) Ping() error {
 	}
 }
 
+// ExportFiles calls the plugin's ExportFiles (see Exporter). A plugin
+// built before the RPC existed answers CodeUnsupported.
+func (c *Client) ExportFiles(ctx context.Context, req ExportRequest) (ExportResult, error) {
+	if ex, ok := c.Provider.(Exporter); ok {
+		return ex.ExportFiles(ctx, req)
+	}
+	return ExportResult{}, Errorf(CodeUnsupported, "provider does not export files")
+}
+
 // LastOutput returns the last lines the plugin wrote to its stderr (its
 // logs, a panic's stack), oldest first.
 func (c *Client) LastOutput() []string {
@@ -313,4 +322,16 @@ func (c *grpcClient) Endpoint(ctx context.Context, allocationID string, port int
 func (c *grpcClient) InstallRunner(ctx context.Context, allocationID, runnerBinary string) error {
 	_, err := c.rpc.InstallRunner(ctx, &providerpb.InstallRunnerRequest{AllocationId: allocationID, RunnerBinary: runnerBinary})
 	return fromStatus(ctx, "InstallRunner", err)
+}
+
+func (c *grpcClient) ExportFiles(ctx context.Context, req ExportRequest) (ExportResult, error) {
+	resp, err := c.rpc.ExportFiles(ctx, &providerpb.ExportFilesRequest{
+		AllocationId: req.AllocationID,
+		Dest:         req.Dest,
+		MaxBytes:     req.MaxBytes,
+	})
+	if err != nil {
+		return ExportResult{}, fromStatus(ctx, "ExportFiles", err)
+	}
+	return ExportResult{Files: int(resp.GetFiles()), Bytes: resp.GetBytes(), Skipped: resp.GetSkipped()}, nil
 }

@@ -26,6 +26,8 @@ const (
 	// CodeForeign refuses an operation on a sandbox the provider did not
 	// create (another tool's container, a directory it did not make).
 	CodeForeign = "foreign"
+	// CodeTooLarge means a transfer would exceed its size limit.
+	CodeTooLarge = "too_large"
 	// CodeUnavailable means the plugin process could not be reached
 	// (it crashed, or was closed).
 	CodeUnavailable = "unavailable"
@@ -78,6 +80,8 @@ func grpcCode(code string) codes.Code {
 		return codes.FailedPrecondition
 	case CodeUnsupported:
 		return codes.Unimplemented
+	case CodeTooLarge:
+		return codes.ResourceExhausted
 	case CodeUnavailable:
 		return codes.Unavailable
 	case CodeForeign:

@@ -162,6 +162,43 @@ type Provider interface {
 	InstallRunner(ctx context.Context, allocationID, runnerBinary string) error
 }
 
+// ExportRequest asks a provider to copy an allocation's workspace files out
+// to the host.
+type ExportRequest struct {
+	AllocationID string
+	// Dest is an absolute directory on the host; it is created if missing.
+	Dest string
+	// MaxBytes bounds the bytes this call copies (> 0); more is CodeTooLarge.
+	MaxBytes int64
+}
+
+// ExportResult is what an export copied.
+type ExportResult struct {
+	// Files and Bytes count the files published into Dest by this call.
+	Files int
+	Bytes int64
+	// Skipped are host files newer than the sandbox's, left as they were
+	// (slash separated, relative to Dest).
+	Skipped []string
+}
+
+// Exporter is implemented by providers that can copy a workspace's files
+// out through their own API (for a runner that cannot connect).
+//
+// ExportFiles is a guarded copy: each file streams into a temp file beside
+// its target and is renamed into place only when no host file is there or
+// the host file is older than the sandbox's; newer host files are kept and
+// listed in Skipped. A failure removes every temp file the call made, keeps
+// the files it already published (each complete), and returns a typed
+// error; calling again once the fault clears completes the copy. Providers
+// that cannot export return CodeUnsupported.
+//
+// It is a separate interface so hosts that wrap a Provider keep compiling;
+// *Client implements it (a plugin without the RPC answers unsupported).
+type Exporter interface {
+	ExportFiles(ctx context.Context, req ExportRequest) (ExportResult, error)
+}
+
 // Environment variables a provider sets for the runner it starts.
 const (
 	EnvControllerURL = "TETHER_CONTROLLER_URL"

@@ -187,3 +187,19 @@ func (s *grpcServer) InstallRunner(ctx context.Context, req *providerpb.InstallR
 	}
 	return &providerpb.InstallRunnerResponse{}, nil
 }
+
+func (s *grpcServer) ExportFiles(ctx context.Context, req *providerpb.ExportFilesRequest) (*providerpb.ExportFilesResponse, error) {
+	ex, ok := s.impl.(Exporter)
+	if !ok {
+		return nil, toStatus(Errorf(CodeUnsupported, "provider does not export files"))
+	}
+	res, err := ex.ExportFiles(ctx, ExportRequest{
+		AllocationID: req.GetAllocationId(),
+		Dest:         req.GetDest(),
+		MaxBytes:     req.GetMaxBytes(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &providerpb.ExportFilesResponse{Files: int64(res.Files), Bytes: res.Bytes, Skipped: res.Skipped}, nil
+}

@@ -16,7 +16,8 @@
 //
 // Knobs inject the faults the provider must survive: failing creates,
 // losing a create's answer, a sandbox that reads back archived or resumed,
-// ignored auto-delete updates, and uploads that fail midway.
+// ignored auto-delete updates, uploads and downloads that fail midway,
+// listings that misreport a size or name a hostile path.
 package fake
 
 import (
@@ -82,16 +83,19 @@ type Server struct {
 	calls []string
 
 	// Faults, under mu.
-	createOK         int // creates that succeed before failCreate applies; -1: no limit
-	loseCreates      int
-	ignoreAutoDelete bool
-	failUploadAfter  int64 // bytes; -1: off
+	createOK          int // creates that succeed before failCreate applies; -1: no limit
+	loseCreates       int
+	ignoreAutoDelete  bool
+	failUploadAfter   int64            // bytes; -1: off
+	failDownloadAfter int64            // bytes; -1: off
+	sizeDelta         map[string]int64 // by file name: added to the listed size
+	hostileEntries    []string         // extra names every listing reports
 }
 
 // New starts a fake that accepts only requests bearing key, keeps its
 // sandboxes' directories under dir, and stops when the test ends.
 func New(t testing.TB, dir, key string) *Server {
-	s := &Server{dir: dir, key: key, boxes: make(map[string]*box), createOK: -1, failUploadAfter: -1}
+	s := &Server{dir: dir, key: key, boxes: make(map[string]*box), createOK: -1, failUploadAfter: -1, failDownloadAfter: -1, sizeDelta: map[string]int64{}}
 	s.srv = httptest.NewServer(s.routes())
 	t.Cleanup(s.Close)
 	return s
@@ -146,6 +150,34 @@ func (s *Server) IgnoreAutoDelete(on bool) { s.mu.Lock(); s.ignoreAutoDelete = o
 // FailUploadAfter makes uploads fail with 500 after writing n bytes of the
 // file (the partial file is left, as a broken stream would). n < 0: off.
 func (s *Server) FailUploadAfter(n int64) { s.mu.Lock(); s.failUploadAfter = n; s.mu.Unlock() }
+
+// FailDownloadAfter makes downloads send the full Content-Length header,
+// then only n bytes, then break the connection. n < 0: off.
+func (s *Server) FailDownloadAfter(n int64) { s.mu.Lock(); s.failDownloadAfter = n; s.mu.Unlock() }
+
+// MisreportSize makes listings report files named name with delta added
+// to their real size (a lying or racing sandbox). delta 0: off.
+func (s *Server) MisreportSize(name string, delta int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if delta == 0 {
+		delete(s.sizeDelta, name)
+		return
+	}
+	s.sizeDelta[name] = delta
+}
+
+// ListHostile makes every listing also report a file with this name (such
+// as "../evil"), as a hostile sandbox might. "" turns it off.
+func (s *Server) ListHostile(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name == "" {
+		s.hostileEntries = nil
+		return
+	}
+	s.hostileEntries = append(s.hostileEntries, name)
+}
 
 // Calls returns the mutating requests received so far ("POST /sandbox/ID/stop").
 func (s *Server) Calls() []string {
@@ -210,6 +242,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /sandbox/{id}/ports/{port}/preview-url", s.preview)
 	mux.HandleFunc("GET /toolbox/{id}/toolbox/project-dir", s.projectDir)
 	mux.HandleFunc("POST /toolbox/{id}/toolbox/files/upload", s.upload)
+	mux.HandleFunc("GET /toolbox/{id}/toolbox/files", s.listFiles)
+	mux.HandleFunc("GET /toolbox/{id}/toolbox/files/download", s.download)
 	mux.HandleFunc("POST /toolbox/{id}/toolbox/process/session", s.createSession)
 	mux.HandleFunc("POST /toolbox/{id}/toolbox/process/session/{session}/exec", s.exec)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,16 +1,20 @@
 // FAKE — not Daytona. The toolbox half of the in-repo stand-in for the
 // Daytona REST API: project dir, file upload and process sessions, backed
-// by real local directories and processes.
+// by real local directories and processes. Also the file listing and
+// download used to export a workspace.
 
 package fake
 
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -121,6 +125,106 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// fileInfo is the documented toolbox FileInfo.
+type fileInfo struct {
+	Name        string `json:"name"`
+	IsDir       bool   `json:"isDir"`
+	Size        int64  `json:"size"`
+	ModTime     string `json:"modTime"`
+	Mode        string `json:"mode"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner"`
+	Group       string `json:"group"`
+}
+
+// listFiles is GET files?path=: one directory's entries, not recursive.
+// Knobs: MisreportSize, ListHostile.
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	var dir string
+	var delta map[string]int64
+	var hostile []string
+	s.started(w, r, func(b *box) {
+		dir = inside(b, r.URL.Query().Get("path"))
+		delta = maps.Clone(s.sizeDelta)
+		hostile = slices.Clone(s.hostileEntries)
+		if dir == "" {
+			apiError(w, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+		}
+	})
+	if dir == "" {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if os.IsNotExist(err) {
+			status = http.StatusNotFound
+		}
+		apiError(w, status, err.Error())
+		return
+	}
+	out := []fileInfo{}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, fileInfo{Name: e.Name(), IsDir: fi.IsDir(), Size: fi.Size() + delta[e.Name()],
+			ModTime: fi.ModTime().UTC().Format(time.RFC3339Nano), Mode: fi.Mode().String(),
+			Permissions: "0" + strconv.FormatUint(uint64(fi.Mode().Perm()), 8), Owner: "daytona", Group: "daytona"})
+	}
+	for _, h := range hostile {
+		out = append(out, fileInfo{Name: h, Size: 5, ModTime: time.Now().UTC().Format(time.RFC3339Nano),
+			Mode: "-rw-r--r--", Permissions: "0644", Owner: "daytona", Group: "daytona"})
+	}
+	writeJSON(w, out)
+}
+
+// download is GET files/download?path=: the file's bytes. With
+// FailDownloadAfter it announces the full length, sends that many bytes
+// and breaks the connection.
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	var file string
+	limit := int64(-1)
+	s.started(w, r, func(b *box) {
+		file = inside(b, r.URL.Query().Get("path"))
+		limit = s.failDownloadAfter
+		if file == "" {
+			apiError(w, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+		}
+	})
+	if file == "" {
+		return
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if os.IsNotExist(err) {
+			status = http.StatusNotFound
+		}
+		apiError(w, status, err.Error())
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.IsDir() {
+		apiError(w, http.StatusBadRequest, "not a file")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	w.WriteHeader(http.StatusOK)
+	if limit < 0 || limit >= fi.Size() {
+		_, _ = io.Copy(w, f)
+		return
+	}
+	_, _ = io.Copy(w, io.LimitReader(f, limit))
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	panic(http.ErrAbortHandler) // the stream breaks
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {

@@ -1306,6 +1306,130 @@ func (*InstallRunnerResponse) Descriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
+type ExportFilesRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AllocationId string                 `protobuf:"bytes,1,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
+	// Absolute host directory the files are copied into.
+	Dest string `protobuf:"bytes,2,opt,name=dest,proto3" json:"dest,omitempty"`
+	// Upper bound on the bytes copied by this call.
+	MaxBytes      int64 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportFilesRequest) Reset() {
+	*x = ExportFilesRequest{}
+	mi := &file_provider_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportFilesRequest) ProtoMessage() {}
+
+func (x *ExportFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportFilesRequest.ProtoReflect.Descriptor instead.
+func (*ExportFilesRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExportFilesRequest) GetAllocationId() string {
+	if x != nil {
+		return x.AllocationId
+	}
+	return ""
+}
+
+func (x *ExportFilesRequest) GetDest() string {
+	if x != nil {
+		return x.Dest
+	}
+	return ""
+}
+
+func (x *ExportFilesRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type ExportFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Files int64                  `protobuf:"varint,1,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Host files newer than the sandbox's, left as they were (slash
+	// separated, relative to dest).
+	Skipped       []string `protobuf:"bytes,3,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportFilesResponse) Reset() {
+	*x = ExportFilesResponse{}
+	mi := &file_provider_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportFilesResponse) ProtoMessage() {}
+
+func (x *ExportFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportFilesResponse.ProtoReflect.Descriptor instead.
+func (*ExportFilesResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExportFilesResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *ExportFilesResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportFilesResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
 var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
@@ -1399,11 +1523,19 @@ const file_provider_proto_rawDesc = "" +
 	"\x14InstallRunnerRequest\x12#\n" +
 	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12#\n" +
 	"\rrunner_binary\x18\x02 \x01(\tR\frunnerBinary\"\x17\n" +
-	"\x15InstallRunnerResponse2\x94\x02\n" +
+	"\x15InstallRunnerResponse\"j\n" +
+	"\x12ExportFilesRequest\x12#\n" +
+	"\rallocation_id\x18\x01 \x01(\tR\fallocationId\x12\x12\n" +
+	"\x04dest\x18\x02 \x01(\tR\x04dest\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\"[\n" +
+	"\x13ExportFilesResponse\x12\x14\n" +
+	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\askipped\x18\x03 \x03(\tR\askipped2\x94\x02\n" +
 	"\x04Base\x12I\n" +
 	"\x04Info\x12\x1f.tether.provider.v1.InfoRequest\x1a .tether.provider.v1.InfoResponse\x12g\n" +
 	"\x0eValidateConfig\x12).tether.provider.v1.ValidateConfigRequest\x1a*.tether.provider.v1.ValidateConfigResponse\x12X\n" +
-	"\tConfigure\x12$.tether.provider.v1.ConfigureRequest\x1a%.tether.provider.v1.ConfigureResponse2\xad\x05\n" +
+	"\tConfigure\x12$.tether.provider.v1.ConfigureRequest\x1a%.tether.provider.v1.ConfigureResponse2\x8d\x06\n" +
 	"\bProvider\x12O\n" +
 	"\x06Create\x12!.tether.provider.v1.CreateRequest\x1a\".tether.provider.v1.CreateResponse\x12R\n" +
 	"\aInspect\x12\".tether.provider.v1.InspectRequest\x1a#.tether.provider.v1.InspectResponse\x12L\n" +
@@ -1412,7 +1544,8 @@ const file_provider_proto_rawDesc = "" +
 	"\aArchive\x12\".tether.provider.v1.ArchiveRequest\x1a#.tether.provider.v1.ArchiveResponse\x12R\n" +
 	"\aDestroy\x12\".tether.provider.v1.DestroyRequest\x1a#.tether.provider.v1.DestroyResponse\x12U\n" +
 	"\bEndpoint\x12#.tether.provider.v1.EndpointRequest\x1a$.tether.provider.v1.EndpointResponse\x12d\n" +
-	"\rInstallRunner\x12(.tether.provider.v1.InstallRunnerRequest\x1a).tether.provider.v1.InstallRunnerResponseB8Z6github.com/tetherhq/tether/plugins/provider/providerpbb\x06proto3"
+	"\rInstallRunner\x12(.tether.provider.v1.InstallRunnerRequest\x1a).tether.provider.v1.InstallRunnerResponse\x12^\n" +
+	"\vExportFiles\x12&.tether.provider.v1.ExportFilesRequest\x1a'.tether.provider.v1.ExportFilesResponseB8Z6github.com/tetherhq/tether/plugins/provider/providerpbb\x06proto3"
 
 var (
 	file_provider_proto_rawDescOnce sync.Once
@@ -1426,7 +1559,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 	return file_provider_proto_rawDescData
 }
 
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_provider_proto_goTypes = []any{
 	(*Error)(nil),                  // 0: tether.provider.v1.Error
 	(*InfoRequest)(nil),            // 1: tether.provider.v1.InfoRequest
@@ -1454,24 +1587,26 @@ var file_provider_proto_goTypes = []any{
 	(*EndpointResponse)(nil),       // 23: tether.provider.v1.EndpointResponse
 	(*InstallRunnerRequest)(nil),   // 24: tether.provider.v1.InstallRunnerRequest
 	(*InstallRunnerResponse)(nil),  // 25: tether.provider.v1.InstallRunnerResponse
-	nil,                            // 26: tether.provider.v1.Config.OptionsEntry
-	nil,                            // 27: tether.provider.v1.CreateRequest.EnvEntry
-	nil,                            // 28: tether.provider.v1.CreateRequest.LabelsEntry
-	nil,                            // 29: tether.provider.v1.CreateRequest.OptionsEntry
-	nil,                            // 30: tether.provider.v1.Allocation.InfoEntry
-	nil,                            // 31: tether.provider.v1.EndpointResponse.HeadersEntry
+	(*ExportFilesRequest)(nil),     // 26: tether.provider.v1.ExportFilesRequest
+	(*ExportFilesResponse)(nil),    // 27: tether.provider.v1.ExportFilesResponse
+	nil,                            // 28: tether.provider.v1.Config.OptionsEntry
+	nil,                            // 29: tether.provider.v1.CreateRequest.EnvEntry
+	nil,                            // 30: tether.provider.v1.CreateRequest.LabelsEntry
+	nil,                            // 31: tether.provider.v1.CreateRequest.OptionsEntry
+	nil,                            // 32: tether.provider.v1.Allocation.InfoEntry
+	nil,                            // 33: tether.provider.v1.EndpointResponse.HeadersEntry
 }
 var file_provider_proto_depIdxs = []int32{
-	26, // 0: tether.provider.v1.Config.options:type_name -> tether.provider.v1.Config.OptionsEntry
+	28, // 0: tether.provider.v1.Config.options:type_name -> tether.provider.v1.Config.OptionsEntry
 	3,  // 1: tether.provider.v1.ValidateConfigRequest.config:type_name -> tether.provider.v1.Config
 	3,  // 2: tether.provider.v1.ConfigureRequest.config:type_name -> tether.provider.v1.Config
-	27, // 3: tether.provider.v1.CreateRequest.env:type_name -> tether.provider.v1.CreateRequest.EnvEntry
+	29, // 3: tether.provider.v1.CreateRequest.env:type_name -> tether.provider.v1.CreateRequest.EnvEntry
 	8,  // 4: tether.provider.v1.CreateRequest.resources:type_name -> tether.provider.v1.Resources
-	28, // 5: tether.provider.v1.CreateRequest.labels:type_name -> tether.provider.v1.CreateRequest.LabelsEntry
-	29, // 6: tether.provider.v1.CreateRequest.options:type_name -> tether.provider.v1.CreateRequest.OptionsEntry
+	30, // 5: tether.provider.v1.CreateRequest.labels:type_name -> tether.provider.v1.CreateRequest.LabelsEntry
+	31, // 6: tether.provider.v1.CreateRequest.options:type_name -> tether.provider.v1.CreateRequest.OptionsEntry
 	11, // 7: tether.provider.v1.CreateResponse.allocation:type_name -> tether.provider.v1.Allocation
-	30, // 8: tether.provider.v1.Allocation.info:type_name -> tether.provider.v1.Allocation.InfoEntry
-	31, // 9: tether.provider.v1.EndpointResponse.headers:type_name -> tether.provider.v1.EndpointResponse.HeadersEntry
+	32, // 8: tether.provider.v1.Allocation.info:type_name -> tether.provider.v1.Allocation.InfoEntry
+	33, // 9: tether.provider.v1.EndpointResponse.headers:type_name -> tether.provider.v1.EndpointResponse.HeadersEntry
 	1,  // 10: tether.provider.v1.Base.Info:input_type -> tether.provider.v1.InfoRequest
 	4,  // 11: tether.provider.v1.Base.ValidateConfig:input_type -> tether.provider.v1.ValidateConfigRequest
 	6,  // 12: tether.provider.v1.Base.Configure:input_type -> tether.provider.v1.ConfigureRequest
@@ -1483,19 +1618,21 @@ var file_provider_proto_depIdxs = []int32{
 	20, // 18: tether.provider.v1.Provider.Destroy:input_type -> tether.provider.v1.DestroyRequest
 	22, // 19: tether.provider.v1.Provider.Endpoint:input_type -> tether.provider.v1.EndpointRequest
 	24, // 20: tether.provider.v1.Provider.InstallRunner:input_type -> tether.provider.v1.InstallRunnerRequest
-	2,  // 21: tether.provider.v1.Base.Info:output_type -> tether.provider.v1.InfoResponse
-	5,  // 22: tether.provider.v1.Base.ValidateConfig:output_type -> tether.provider.v1.ValidateConfigResponse
-	7,  // 23: tether.provider.v1.Base.Configure:output_type -> tether.provider.v1.ConfigureResponse
-	10, // 24: tether.provider.v1.Provider.Create:output_type -> tether.provider.v1.CreateResponse
-	13, // 25: tether.provider.v1.Provider.Inspect:output_type -> tether.provider.v1.InspectResponse
-	15, // 26: tether.provider.v1.Provider.Start:output_type -> tether.provider.v1.StartResponse
-	17, // 27: tether.provider.v1.Provider.Stop:output_type -> tether.provider.v1.StopResponse
-	19, // 28: tether.provider.v1.Provider.Archive:output_type -> tether.provider.v1.ArchiveResponse
-	21, // 29: tether.provider.v1.Provider.Destroy:output_type -> tether.provider.v1.DestroyResponse
-	23, // 30: tether.provider.v1.Provider.Endpoint:output_type -> tether.provider.v1.EndpointResponse
-	25, // 31: tether.provider.v1.Provider.InstallRunner:output_type -> tether.provider.v1.InstallRunnerResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
+	26, // 21: tether.provider.v1.Provider.ExportFiles:input_type -> tether.provider.v1.ExportFilesRequest
+	2,  // 22: tether.provider.v1.Base.Info:output_type -> tether.provider.v1.InfoResponse
+	5,  // 23: tether.provider.v1.Base.ValidateConfig:output_type -> tether.provider.v1.ValidateConfigResponse
+	7,  // 24: tether.provider.v1.Base.Configure:output_type -> tether.provider.v1.ConfigureResponse
+	10, // 25: tether.provider.v1.Provider.Create:output_type -> tether.provider.v1.CreateResponse
+	13, // 26: tether.provider.v1.Provider.Inspect:output_type -> tether.provider.v1.InspectResponse
+	15, // 27: tether.provider.v1.Provider.Start:output_type -> tether.provider.v1.StartResponse
+	17, // 28: tether.provider.v1.Provider.Stop:output_type -> tether.provider.v1.StopResponse
+	19, // 29: tether.provider.v1.Provider.Archive:output_type -> tether.provider.v1.ArchiveResponse
+	21, // 30: tether.provider.v1.Provider.Destroy:output_type -> tether.provider.v1.DestroyResponse
+	23, // 31: tether.provider.v1.Provider.Endpoint:output_type -> tether.provider.v1.EndpointResponse
+	25, // 32: tether.provider.v1.Provider.InstallRunner:output_type -> tether.provider.v1.InstallRunnerResponse
+	27, // 33: tether.provider.v1.Provider.ExportFiles:output_type -> tether.provider.v1.ExportFilesResponse
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1512,7 +1649,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

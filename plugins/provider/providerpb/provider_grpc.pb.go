@@ -223,6 +223,7 @@ const (
 	Provider_Destroy_FullMethodName       = "/tether.provider.v1.Provider/Destroy"
 	Provider_Endpoint_FullMethodName      = "/tether.provider.v1.Provider/Endpoint"
 	Provider_InstallRunner_FullMethodName = "/tether.provider.v1.Provider/InstallRunner"
+	Provider_ExportFiles_FullMethodName   = "/tether.provider.v1.Provider/ExportFiles"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -237,6 +238,11 @@ type ProviderClient interface {
 	Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (*DestroyResponse, error)
 	Endpoint(ctx context.Context, in *EndpointRequest, opts ...grpc.CallOption) (*EndpointResponse, error)
 	InstallRunner(ctx context.Context, in *InstallRunnerRequest, opts ...grpc.CallOption) (*InstallRunnerResponse, error)
+	// ExportFiles copies the allocation's workspace files into a host
+	// directory (guarded: newer host files are kept, no partial copies).
+	// Added within protocol version 1: a plugin without it answers
+	// Unimplemented, which the host reads as unsupported.
+	ExportFiles(ctx context.Context, in *ExportFilesRequest, opts ...grpc.CallOption) (*ExportFilesResponse, error)
 }
 
 type providerClient struct {
@@ -327,6 +333,16 @@ func (c *providerClient) InstallRunner(ctx context.Context, in *InstallRunnerReq
 	return out, nil
 }
 
+func (c *providerClient) ExportFiles(ctx context.Context, in *ExportFilesRequest, opts ...grpc.CallOption) (*ExportFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportFilesResponse)
+	err := c.cc.Invoke(ctx, Provider_ExportFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -339,6 +355,11 @@ type ProviderServer interface {
 	Destroy(context.Context, *DestroyRequest) (*DestroyResponse, error)
 	Endpoint(context.Context, *EndpointRequest) (*EndpointResponse, error)
 	InstallRunner(context.Context, *InstallRunnerRequest) (*InstallRunnerResponse, error)
+	// ExportFiles copies the allocation's workspace files into a host
+	// directory (guarded: newer host files are kept, no partial copies).
+	// Added within protocol version 1: a plugin without it answers
+	// Unimplemented, which the host reads as unsupported.
+	ExportFiles(context.Context, *ExportFilesRequest) (*ExportFilesResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -372,6 +393,9 @@ func (UnimplementedProviderServer) Endpoint(context.Context, *EndpointRequest) (
 }
 func (UnimplementedProviderServer) InstallRunner(context.Context, *InstallRunnerRequest) (*InstallRunnerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InstallRunner not implemented")
+}
+func (UnimplementedProviderServer) ExportFiles(context.Context, *ExportFilesRequest) (*ExportFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportFiles not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -538,6 +562,24 @@ func _Provider_InstallRunner_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_ExportFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).ExportFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_ExportFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).ExportFiles(ctx, req.(*ExportFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -576,6 +618,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InstallRunner",
 			Handler:    _Provider_InstallRunner_Handler,
+		},
+		{
+			MethodName: "ExportFiles",
+			Handler:    _Provider_ExportFiles_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
