@@ -69,6 +69,7 @@ var exitCodes = map[Code]int{
 	CodeGitBusy:              24,
 	CodeCorrupt:              25,
 	CodeLeaseHeld:            26,
+	CodeDigestMismatch:       27,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.
