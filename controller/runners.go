@@ -151,7 +151,8 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim 
 	return hello, version, nil
 }
 
-// serveRunnerOps answers the operations a runner opens: reports of runs that finished detached.
+// serveRunnerOps answers the operations a runner opens: reports of runs that finished detached,
+// artifact fetches (which stream a body) and artifact install reports.
 func (s *Server) serveRunnerOps(c *hub.Conn) {
 	for {
 		st, err := c.Accept()
@@ -165,12 +166,19 @@ func (s *Server) serveRunnerOps(c *hub.Conn) {
 			if err := protocol.ReadJSON(st, &h); err != nil {
 				return
 			}
+			if h.Op == protocol.OpArtifactFetch {
+				s.serveArtifactFetch(c, st, h)
+				return
+			}
 			_ = protocol.WriteJSON(st, s.runnerOp(c, h))
 		}()
 	}
 }
 
 func (s *Server) runnerOp(c *hub.Conn, h protocol.Header) protocol.Trailer {
+	if h.Op == protocol.OpArtifactInstalled {
+		return s.artifactInstalled(c, h)
+	}
 	if h.Op != protocol.OpRunExited {
 		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this controller", h.Op)}
 	}

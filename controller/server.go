@@ -166,6 +166,10 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("POST /v1/snapshots/{id}/restore", s.handleSnapshotRestore)
 	op.HandleFunc("GET /v1/snapshots/{id}/archive", s.handleSnapshotArchive)
 	op.HandleFunc("POST /v1/snapshots/{id}/verify", s.handleSnapshotVerify)
+	op.HandleFunc("POST /v1/workspaces/{id}/artifacts", s.handleArtifactPut)
+	op.HandleFunc("GET /v1/workspaces/{id}/artifacts", s.handleArtifactList)
+	op.HandleFunc("GET /v1/artifacts/{id}", s.handleArtifactShow)
+	op.HandleFunc("POST /v1/artifacts/{id}/revoke", s.handleArtifactRevoke)
 	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
 	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
 	const files = "/v1/workspaces/{id}/files/{path...}"

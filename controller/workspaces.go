@@ -19,7 +19,7 @@ import (
 var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 // idPrefixes start the ids of each kind of record.
-var idPrefixes = []string{"ws_", "al_", "run_", "snap_"}
+var idPrefixes = []string{"ws_", "al_", "run_", "snap_", "art_"}
 
 func newID(prefix string) string {
 	b := make([]byte, 8)
@@ -149,7 +149,7 @@ func expectKind(value, want string) error {
 	return nil
 }
 
-var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot"}
+var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot", "art_": "artifact"}
 
 // workspace loads a workspace (by id or name) with its live connection state.
 func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {

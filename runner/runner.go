@@ -72,6 +72,14 @@ func New(cfg Config) (*Runner, error) {
 // Run connects and serves until ctx ends or the controller refuses the runner. Socket drops are
 // retried with exponential backoff; commands keep running meanwhile.
 func (r *Runner) Run(ctx context.Context) error {
+	// The agent socket lets tools inside the sandbox reach the runner; every command the runner
+	// starts finds it in TETHER_SOCKET. Without it the runner still serves the controller.
+	if sock, stopAgent, err := r.startAgent(ctx); err != nil {
+		r.cfg.Logger.Warn("no agent socket", "err", err)
+	} else {
+		defer stopAgent()
+		r.cfg.Env = setEnv(r.cfg.Env, protocol.EnvSocket, sock)
+	}
 	backoff := r.cfg.MinBackoff
 	for {
 		served, err := r.connectAndServe(ctx)

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/tetherhq/tether/protocol"
@@ -22,6 +24,9 @@ func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
 		fmt.Println("tether-runner", version)
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "artifact" {
+		os.Exit(artifactMain(os.Args[2:]))
 	}
 	// Take the token out of the environment before anything can be started: commands the runner
 	// executes must never see it.
@@ -44,7 +49,7 @@ func main() {
 		AllocationID:  os.Getenv(protocol.EnvAllocationID),
 		Root:          root,
 		Version:       version,
-		Env:           os.Environ(),
+		Env:           withSelfOnPath(os.Environ()),
 		Logger:        log,
 	})
 	if err != nil {
@@ -60,4 +65,32 @@ func main() {
 		log.Error("runner stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// withSelfOnPath puts the runner's own directory first on the PATH commands get, so agents can
+// call `tether-runner artifact download` whichever provider placed the binary wherever.
+func withSelfOnPath(env []string) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return env
+	}
+	dir := filepath.Dir(exe)
+	out := make([]string, 0, len(env)+1)
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+			continue
+		}
+		out = append(out, kv)
+	}
+	for _, p := range filepath.SplitList(path) {
+		if p == dir {
+			return append(out, "PATH="+path)
+		}
+	}
+	path = dir + string(filepath.ListSeparator) + path
+	// exec resolves a bare command name with the runner's own PATH, so it must match.
+	_ = os.Setenv("PATH", path)
+	return append(out, "PATH="+path)
 }

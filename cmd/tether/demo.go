@@ -112,6 +112,9 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	if err := demoFiles(c, demoCLI, step, ws.ID, ws.Name, tmp); err != nil {
 		return err
 	}
+	if err := demoArtifact(ctx, c, cl, demoCLI, step, ws, tmp); err != nil {
+		return err
+	}
 
 	step("tether run ls %s", ws.Name)
 	if err := demoCLI("run", "ls", ws.ID); err != nil {
@@ -291,4 +294,31 @@ func demoFiles(c *cli, demoCLI func(...string) error, step func(string, ...any),
 func withGit(cmd string) string {
 	return "if command -v git >/dev/null 2>&1; then " + cmd +
 		"; else echo \"(no git in this sandbox; .git holds $(find .git -type f | wc -l) files)\"; fi"
+}
+
+// demoArtifact saves a synthetic API response as an artifact and has the agent's side install it
+// through the runner, as an agent calling download_artifact would.
+func demoArtifact(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace, tmp string) error {
+	resp := filepath.Join(tmp, "api-response.json")
+	if err := os.WriteFile(resp, []byte(`{"status":200,"items":[{"id":1,"title":"first"},{"id":2,"title":"second"}]}`+"\n"), 0o600); err != nil {
+		return err
+	}
+	step("tether artifact put %s --workspace %s", resp, ws.Name)
+	f, err := os.Open(resp)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	art, err := cl.PutArtifact(ctx, ws.ID, "api-response.json", f)
+	if err != nil {
+		return err
+	}
+	c.printf("%s: %d bytes, sha256 %s, untrusted %v\n", art.ID, art.Bytes, art.SHA256, art.Untrusted)
+	step("tether exec %s -- tether-runner artifact download %s inbox/response.json   # as the agent would", ws.Name, art.ID)
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"tether-runner", "artifact", "download", art.ID, "inbox/response.json"}}, nil, c.stdout, c.stderr); err != nil {
+		return err
+	}
+	step("tether exec %s -- sh -c 'stat -c %%s inbox/response.json; sha256sum inbox/response.json'", ws.Name)
+	_, err = cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "stat -c %s inbox/response.json; sha256sum inbox/response.json"}}, nil, c.stdout, c.stderr)
+	return err
 }

@@ -84,6 +84,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newExecCmd(c),
 		newRunCmd(c),
 		newSnapshotCmd(c),
+		newArtifactCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
 		newProviderCmd(c),

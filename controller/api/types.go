@@ -177,3 +177,17 @@ type ExportResult struct {
 	Bytes   int64    `json:"bytes"`
 	Skipped []string `json:"skipped"`
 }
+
+// Artifact is a blob of saved bytes owned by a workspace, content-addressed in the blob store.
+// Artifacts are always untrusted; nothing changes that label.
+type Artifact struct {
+	ID          string     `json:"id"`
+	WorkspaceID string     `json:"owner"`
+	Name        string     `json:"name,omitempty"`
+	Bytes       int64      `json:"bytes"`
+	SHA256      string     `json:"sha256"`
+	ObjectKey   string     `json:"object_key"`
+	Untrusted   bool       `json:"untrusted"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+}

@@ -84,5 +84,14 @@ type Store interface {
 	// BumpEpoch raises the epoch and drops any lease: every earlier writer is fenced.
 	BumpEpoch(ctx context.Context, workspaceID string) (uint64, error)
 
+	// CreateArtifact records an artifact whose bytes are already stored under its object key.
+	CreateArtifact(ctx context.Context, a api.Artifact) error
+	GetArtifact(ctx context.Context, id string) (api.Artifact, error)
+	// ListArtifacts lists a workspace's artifacts, oldest first.
+	ListArtifacts(ctx context.Context, workspaceID string) ([]api.Artifact, error)
+	// RevokeArtifact marks the artifact revoked at at (the first revocation's time stays) and
+	// returns the record.
+	RevokeArtifact(ctx context.Context, id string, at time.Time) (api.Artifact, error)
+
 	Close() error
 }

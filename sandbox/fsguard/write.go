@@ -44,6 +44,10 @@ type WriteOptions struct {
 	// MaxBytes, when positive, fails a write whose source is larger with
 	// CodeTooLarge before more than MaxBytes+1 bytes were read.
 	MaxBytes int64
+	// Xattrs are extended attributes set on the file before it is
+	// published. A filesystem without extended attributes (ENOTSUP) is not
+	// an error: the attributes are a label, not a guarantee.
+	Xattrs map[string]string
 }
 
 // WriteResult describes the bytes written.
@@ -120,6 +124,11 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	}
 	if err := unix.Fchmod(int(f.Fd()), unixPerm(mode)); err != nil {
 		return WriteResult{}, mapErrno("chmod", clean, err)
+	}
+	for k, v := range opts.Xattrs {
+		if err := unix.Fsetxattr(int(f.Fd()), k, []byte(v), 0); err != nil && err != unix.ENOTSUP && err != unix.EOPNOTSUPP {
+			return WriteResult{}, mapErrno("setxattr", clean, err)
+		}
 	}
 	if !opts.MTime.IsZero() {
 		if err := futimens(int(f.Fd()), opts.MTime); err != nil {

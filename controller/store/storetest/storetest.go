@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
 		{"EventsAndAllocations", testEventsAndAllocations},
+		{"Artifacts", testArtifacts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
