@@ -79,11 +79,23 @@ func (r *Runner) installArtifact(ctx context.Context, artifactID, dest string) (
 	info.SHA256 = strings.ToLower(info.SHA256)
 	out = protocol.ArtifactInstall{ArtifactID: info.ID, Path: clean, Bytes: info.Bytes, SHA256: info.SHA256, Untrusted: true}
 
-	err = r.withRoot(func(root *fsguard.Root) error {
+	err = r.withRoot(func(root *fsguard.Root) (err error) {
 		if dir := path.Dir(clean); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return err
+			created, merr := missingDirs(root, dir)
+			if merr != nil {
+				return merr
 			}
+			if merr := root.MkdirAll(dir, 0o755); merr != nil {
+				return merr
+			}
+			// A refused install leaves the workspace as it was: the directories it made go too.
+			defer func() {
+				if err != nil {
+					for i := len(created) - 1; i >= 0; i-- {
+						_ = root.Remove(created[i])
+					}
+				}
+			}()
 		}
 		// A destination already in place is either this very install (a retry) or a refusal.
 		same, err := sameContent(root, clean, info)
@@ -202,4 +214,18 @@ func (r *Runner) reportInstall(in protocol.ArtifactInstall) {
 	if protocol.ReadJSON(stream, &tr) == nil && !tr.OK && tr.Error != nil {
 		r.cfg.Logger.Warn("controller did not record the artifact install", "artifact_id", in.ArtifactID, "err", tr.Error)
 	}
+}
+
+// missingDirs lists the directories of dir (outermost first) that do not exist yet.
+func missingDirs(root *fsguard.Root, dir string) ([]string, error) {
+	var missing []string
+	for d := dir; d != "."; d = path.Dir(d) {
+		if _, err := root.Lstat(d); err == nil {
+			break
+		} else if fsguard.CodeOf(err) != fsguard.CodeNotFound {
+			return nil, err
+		}
+		missing = append([]string{d}, missing...)
+	}
+	return missing, nil
 }
