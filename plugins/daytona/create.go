@@ -16,15 +16,6 @@ import (
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// reservedEnv are set by the provider itself; req.Env may not override them.
-var reservedEnv = map[string]bool{
-	provider.EnvControllerURL: true,
-	provider.EnvRunnerToken:   true,
-	provider.EnvAllocationID:  true,
-	provider.EnvWorkspaceID:   true,
-	provider.EnvWorkspaceRoot: true,
-}
-
 // Create makes the sandbox, waits for it to start, uploads the runner and
 // starts it with a session command. A failed Create deletes the sandbox it
 // made: by its id, or, when the create answer was lost, by its exact labels.
@@ -260,15 +251,13 @@ func validateCreate(req provider.CreateRequest) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "label %q is reserved or invalid", k)
 		}
 	}
-	for k, v := range req.Env {
-		if k == "" || !envName(k) || strings.ContainsRune(v, 0) {
+	// Variables go into a shell script here, so names must also be shell names.
+	for k := range req.Env {
+		if !envName(k) {
 			return provider.Errorf(provider.CodeInvalidArgument, "invalid environment variable %q", k)
 		}
-		if reservedEnv[k] {
-			return provider.Errorf(provider.CodeInvalidArgument, "environment variable %s is set by the provider", k)
-		}
 	}
-	return nil
+	return provider.CheckEnv(req.Env)
 }
 
 // envName accepts names a shell can export.

@@ -41,13 +41,8 @@ func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.S
 // Start starts a stopped (or archived) sandbox and the runner in it, with
 // the fresh token; a runner staged by InstallRunner is uploaded first.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
+	if err := req.Check(); err != nil {
 		return err
-	}
-	if req.ControllerURL != "" {
-		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-			return err
-		}
 	}
 	unlock := p.lock(req.AllocationID)
 	defer unlock()

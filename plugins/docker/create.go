@@ -18,15 +18,6 @@ import (
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// reservedEnv are set by the provider itself; req.Env may not override them.
-var reservedEnv = map[string]bool{
-	provider.EnvControllerURL: true,
-	provider.EnvRunnerToken:   true,
-	provider.EnvAllocationID:  true,
-	provider.EnvWorkspaceID:   true,
-	provider.EnvWorkspaceRoot: true,
-}
-
 // Create makes the container (not pulling its image), copies the runner,
 // the workspace root and the boot environment in, and starts it. A failed
 // Create removes the container it made.
@@ -184,15 +175,7 @@ func validateCreate(req provider.CreateRequest) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "label %q is reserved or invalid", k)
 		}
 	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return provider.Errorf(provider.CodeInvalidArgument, "invalid environment variable %q", k)
-		}
-		if reservedEnv[k] {
-			return provider.Errorf(provider.CodeInvalidArgument, "environment variable %s is set by the provider", k)
-		}
-	}
-	return nil
+	return provider.CheckEnv(req.Env)
 }
 
 // checkReachable refuses a network the runner cannot dial the controller from: none, or a

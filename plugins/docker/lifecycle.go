@@ -79,13 +79,8 @@ func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.S
 // Start resumes a stopped container. The runner restarts with the fresh
 // token, written to the boot environment file before the start.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
+	if err := req.Check(); err != nil {
 		return err
-	}
-	if req.ControllerURL != "" {
-		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-			return err
-		}
 	}
 	unlock := p.lock(req.AllocationID)
 	defer unlock()

@@ -15,15 +15,6 @@ import (
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// reservedEnv are set by the provider itself; req.Env may not override them.
-var reservedEnv = []string{
-	provider.EnvControllerURL,
-	provider.EnvRunnerToken,
-	provider.EnvAllocationID,
-	provider.EnvWorkspaceID,
-	provider.EnvWorkspaceRoot,
-}
-
 // passEnv are the only host variables the runner inherits: enough for a
 // usable shell, without the controller's credentials.
 var passEnv = []string{"HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
@@ -159,17 +150,7 @@ func validateCreate(req provider.CreateRequest) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "invalid label %q", k)
 		}
 	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return provider.Errorf(provider.CodeInvalidArgument, "invalid environment variable %q", k)
-		}
-		for _, r := range reservedEnv {
-			if k == r {
-				return provider.Errorf(provider.CodeInvalidArgument, "environment variable %s is set by the provider", k)
-			}
-		}
-	}
-	return nil
+	return provider.CheckEnv(req.Env)
 }
 
 // runnerEnv builds the runner's whole environment. The runner binary's

@@ -54,13 +54,8 @@ func runnerState(dir string) (running bool, reason string, err error) {
 // with a fresh bootstrap token. Whatever the previous runner left running
 // in its session is stopped first.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
+	if err := req.Check(); err != nil {
 		return err
-	}
-	if req.ControllerURL != "" {
-		if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-			return err
-		}
 	}
 	unlock := p.lock(req.AllocationID)
 	defer unlock()

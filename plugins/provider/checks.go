@@ -47,3 +47,33 @@ func CheckRunnerBinary(path string) error {
 	}
 	return nil
 }
+
+// reservedEnv are set by every provider itself; a request's Env may not override them.
+var reservedEnv = map[string]bool{
+	EnvControllerURL: true, EnvRunnerToken: true, EnvAllocationID: true, EnvWorkspaceID: true, EnvWorkspaceRoot: true,
+}
+
+// CheckEnv refuses malformed variables and the ones the provider sets itself.
+func CheckEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return Errorf(CodeInvalidArgument, "invalid environment variable %q", k)
+		}
+		if reservedEnv[k] {
+			return Errorf(CodeInvalidArgument, "environment variable %s is set by the provider", k)
+		}
+	}
+	return nil
+}
+
+// Check validates what every provider needs of a start request: a fresh token and, when given,
+// a new controller URL.
+func (r StartRequest) Check() error {
+	if err := CheckToken(r.RunnerToken); err != nil {
+		return err
+	}
+	if r.ControllerURL != "" {
+		return CheckControllerURL(r.ControllerURL)
+	}
+	return nil
+}
