@@ -35,6 +35,8 @@ type Hello struct {
 	Runs []RunStatus `json:"runs,omitempty"`
 	// Epoch is the highest writer epoch the runner has seen (0 on a fresh runner).
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Services the runner supervises, re-reported after every reconnect.
+	Services []ServiceStatus `json:"services,omitempty"`
 }
 
 // Welcome is the controller's answer to Hello.

@@ -18,7 +18,8 @@ const (
 // Mutating reports whether op changes the workspace, and so must carry the current writer epoch.
 func Mutating(op string) bool {
 	switch op {
-	case OpExec, OpTreeImport, OpFsWrite, OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotRestore:
+	case OpExec, OpTreeImport, OpFsWrite, OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotRestore,
+		OpServiceStart, OpServiceStop:
 		return true
 	}
 	return false
@@ -26,7 +27,8 @@ func Mutating(op string) bool {
 
 // Capabilities this build of the runner advertises.
 var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
-	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch, OpTreeDigest}
+	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch, OpTreeDigest, OpServiceStart, OpServiceList,
+	OpServiceLogs, OpServiceStop}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {
