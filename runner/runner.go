@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/service"
 )
 
 // Config is everything a runner needs; cmd/tether-runner fills it from the environment.
@@ -36,8 +37,9 @@ type Config struct {
 
 // Runner is one runner agent.
 type Runner struct {
-	cfg  Config
-	runs *runTable
+	cfg      Config
+	runs     *runTable
+	services *service.Manager
 
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
@@ -66,7 +68,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
-	return &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token}, nil
+	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token}
+	r.services = service.NewManager(r.resolveDir)
+	return r, nil
 }
 
 // Run connects and serves until ctx ends or the controller refuses the runner. Socket drops are
@@ -103,9 +107,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// Shutdown kills every command the runner started. It is called on SIGTERM so that stopping an
-// allocation stops all its work, not only the runner.
-func (r *Runner) Shutdown() { r.runs.killAll() }
+// Shutdown kills every command the runner started and stops its services (SIGTERM, then SIGKILL
+// after shutdownGrace). It is called on SIGTERM so that stopping an allocation stops all its
+// work, not only the runner.
+func (r *Runner) Shutdown() {
+	r.runs.killAll()
+	r.services.StopAll(shutdownGrace)
+}
 
 func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {
 	u, err := connectURL(r.cfg.ControllerURL)

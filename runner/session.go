@@ -26,7 +26,7 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 		ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax,
 		RunnerVersion: r.cfg.Version, AllocationID: r.cfg.AllocationID,
 		Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(), Root: r.cfg.Root,
-		Runs: r.runs.snapshot(), Epoch: r.epoch.Load(),
+		Runs: r.runs.snapshot(), Epoch: r.epoch.Load(), Services: r.services.List(),
 	}
 	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
 		return err
@@ -127,6 +127,16 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 		writeTrailer(st, res, err)
 	case protocol.OpFsChmod:
 		res, err := r.fsChmod(h)
+		writeTrailer(st, res, err)
+	case protocol.OpServiceStart:
+		res, err := r.serviceStart(ctx, h)
+		writeTrailer(st, res, err)
+	case protocol.OpServiceList:
+		writeTrailer(st, r.services.List(), nil)
+	case protocol.OpServiceLogs:
+		r.serviceLogs(ctx, st, h)
+	case protocol.OpServiceStop:
+		res, err := r.serviceStop(ctx, h)
 		writeTrailer(st, res, err)
 	default:
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))

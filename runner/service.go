@@ -1,0 +1,73 @@
+package runner
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// shutdownGrace is how long services get between SIGTERM and SIGKILL when the runner shuts down.
+const shutdownGrace = 2 * time.Second
+
+// serviceStart starts a service and answers once it is observed ready or has failed. The service
+// belongs to the runner: a stream or connection that goes away meanwhile does not stop it.
+func (r *Runner) serviceStart(ctx context.Context, h protocol.Header) (any, error) {
+	var spec protocol.ServiceSpec
+	if err := decodeArgs(h, &spec); err != nil {
+		return nil, err
+	}
+	st, err := r.services.Start(ctx, spec, r.cfg.Env)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (r *Runner) serviceStop(ctx context.Context, h protocol.Header) (any, error) {
+	var args protocol.ServiceStopArgs
+	if err := decodeArgs(h, &args); err != nil {
+		return nil, err
+	}
+	st, err := r.services.Stop(ctx, args.Name, time.Duration(args.Grace))
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// serviceLogs answers with the offset the bytes start at, then ChanStdout frames, then a ChanExit
+// frame carrying the offset one past the last byte sent. Following ends when the service stops
+// or the controller closes the stream.
+func (r *Runner) serviceLogs(ctx context.Context, st *yamux.Stream, h protocol.Header) {
+	var args protocol.ServiceLogsArgs
+	if err := decodeArgs(h, &args); err != nil {
+		writeTrailer(st, nil, err)
+		return
+	}
+	svc, err := r.services.Get(args.Name)
+	if err != nil {
+		writeTrailer(st, nil, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// The controller closes its side when its reader went away: stop following then.
+		_, _ = io.Copy(io.Discard, st)
+		cancel()
+	}()
+	cw := protocol.NewChannelWriter(st)
+	end, err := svc.Log().Follow(ctx, args.Offset, args.Follow,
+		func(from int64) error {
+			writeTrailer(st, protocol.ServiceLogsReply{Offset: from}, nil)
+			return nil
+		},
+		func(p []byte) error { return cw.WriteFrame(protocol.ChanStdout, p) })
+	if err != nil && ctx.Err() == nil {
+		return // the stream failed
+	}
+	_ = cw.WriteJSONFrame(protocol.ChanExit, protocol.ServiceLogsEnd{Offset: end})
+}

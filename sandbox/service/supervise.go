@@ -1,0 +1,398 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/process"
+)
+
+// Service is one supervised service. Its supervisor goroutine alone owns the process; everyone
+// else reads the status and the log, or asks for a stop.
+type Service struct {
+	spec       protocol.ServiceSpec
+	port       int
+	env        []string
+	resolveDir DirResolver
+	log        *Ring
+	tail       *tailBuffer
+
+	mu          sync.Mutex
+	status      protocol.ServiceStatus
+	stopOnce    sync.Once
+	stopReq     chan struct{} // closed when a stop is asked for
+	grace       time.Duration
+	readyOrDone chan struct{} // closed when first ready, or when the service ended
+	readyOnce   sync.Once
+	done        chan struct{} // closed when the state is final (stopped or failed)
+	stopErr     error         // set when a requested stop could not verify the group or port gone
+}
+
+func newService(spec protocol.ServiceSpec, port int, baseEnv []string, resolveDir DirResolver) *Service {
+	return &Service{
+		spec: spec, port: port, env: environ(baseEnv, spec.Env, spec.PortEnv, port), resolveDir: resolveDir,
+		log: NewRing(spec.LogBytes), tail: &tailBuffer{max: stderrTailBytes},
+		status:  protocol.ServiceStatus{Name: spec.Name, State: protocol.ServiceStarting, Port: port, Spec: spec, StartedAt: time.Now()},
+		stopReq: make(chan struct{}), readyOrDone: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// Log is the service's output, stdout and stderr interleaved in arrival order.
+func (s *Service) Log() *Ring { return s.log }
+
+// Done is closed once the service is stopped or failed.
+func (s *Service) Done() <-chan struct{} { return s.done }
+
+// Status reports the service now.
+func (s *Service) Status() protocol.ServiceStatus {
+	s.mu.Lock()
+	st := s.status
+	s.mu.Unlock()
+	_, st.LogEnd = s.log.Bounds()
+	return st
+}
+
+func (s *Service) final() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Service) update(f func(st *protocol.ServiceStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.status)
+}
+
+// Stop asks the supervisor to stop the service and waits until it has (ctx only bounds the
+// waiting). A service that already ended answers with its final status.
+func (s *Service) Stop(ctx context.Context, grace time.Duration) (protocol.ServiceStatus, error) {
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	if s.final() {
+		// Already over: its group is gone; nothing to stop.
+		return s.Status(), nil
+	}
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.grace = grace
+		s.mu.Unlock()
+		close(s.stopReq)
+	})
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return s.Status(), ctx.Err()
+	}
+	st := s.Status()
+	s.mu.Lock()
+	err := s.stopErr
+	s.mu.Unlock()
+	if err != nil {
+		return st, err
+	}
+	if st.State != protocol.ServiceStopped {
+		return st, failure(st)
+	}
+	return st, nil
+}
+
+// finish records the final state. Only the supervisor calls it, once.
+func (s *Service) finish(state, reason string, withTail bool) {
+	s.update(func(st *protocol.ServiceStatus) {
+		st.State, st.Reason, st.StoppedAt, st.PID = state, reason, time.Now(), 0
+		if withTail {
+			st.StderrTail = s.tail.String()
+		}
+	})
+	s.log.Close()
+	close(s.done)
+	s.readyOnce.Do(func() { close(s.readyOrDone) })
+}
+
+// supervise runs the service until it is stopped or has failed for good.
+func (s *Service) supervise() {
+	for {
+		proc, err := s.launch()
+		if err != nil {
+			s.finish(protocol.ServiceFailed, fmt.Sprintf("start %q: %v", s.spec.Argv[0], err), true)
+			return
+		}
+		switch s.awaitReady(proc) {
+		case readyStop:
+			s.stop(proc)
+			return
+		case readyTimeout:
+			if err := killGroup(proc); err != nil {
+				s.finish(protocol.ServiceFailed, fmt.Sprintf("not ready after %s; %v", time.Duration(s.spec.ReadyTimeout), err), true)
+				return
+			}
+			s.finish(protocol.ServiceFailed, fmt.Sprintf("not ready after %s (%s); killed", time.Duration(s.spec.ReadyTimeout), s.spec.Ready), true)
+			return
+		case readyOK:
+			s.update(func(st *protocol.ServiceStatus) {
+				st.State, st.ReadyAt, st.Reason = protocol.ServiceReady, time.Now(), ""
+			})
+			s.readyOnce.Do(func() { close(s.readyOrDone) })
+			select {
+			case <-s.stopReq:
+				s.stop(proc)
+				return
+			case <-proc.Done():
+			}
+		case readyExited:
+		}
+		// The process exited on its own; whatever it left in its group goes with it.
+		exit, _ := proc.Wait(context.Background())
+		killErr := killGroup(proc)
+		how := describeExit(exit)
+		failed := exit.Code != 0 || exit.Signal != 0
+		s.mu.Lock()
+		restarts := s.status.Restarts
+		s.mu.Unlock()
+		switch {
+		case killErr != nil:
+			s.finish(protocol.ServiceFailed, how+"; "+killErr.Error(), true)
+			return
+		case !failed:
+			s.finish(protocol.ServiceStopped, how, false)
+			return
+		case s.spec.Restart != "on-failure" || restarts >= s.spec.MaxRestarts:
+			reason := how
+			if restarts > 0 {
+				reason += fmt.Sprintf(" after %d restarts", restarts)
+			}
+			s.finish(protocol.ServiceFailed, reason, true)
+			return
+		}
+		s.update(func(st *protocol.ServiceStatus) {
+			st.Restarts++
+			st.State, st.Reason, st.PID = protocol.ServiceStarting, "restarting: "+how, 0
+		})
+		select {
+		case <-time.After(restartDelay):
+		case <-s.stopReq:
+			s.finish(protocol.ServiceStopped, "stopped on request", false)
+			return
+		}
+	}
+}
+
+// launch starts the command in a new process group, its output into the log.
+func (s *Service) launch() (*process.Process, error) {
+	dir, release, err := s.resolveDir(s.spec.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	proc, err := process.Start(process.Spec{
+		Argv: s.spec.Argv, Env: s.env, Dir: dir,
+		Stdout: s.log, Stderr: io.MultiWriter(s.log, s.tail),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.update(func(st *protocol.ServiceStatus) { st.PID, st.StartedAt = proc.PID(), time.Now() })
+	return proc, nil
+}
+
+type readiness int
+
+const (
+	readyOK readiness = iota
+	readyExited
+	readyTimeout
+	readyStop
+)
+
+// awaitReady probes the service until it answers, exits, runs out of time or is asked to stop.
+func (s *Service) awaitReady(proc *process.Process) readiness {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.spec.ReadyTimeout))
+	defer cancel()
+	interval := time.Duration(s.spec.ReadyInterval)
+	for {
+		select {
+		case <-s.stopReq:
+			return readyStop
+		case <-proc.Done():
+			return readyExited
+		default:
+		}
+		if s.probe(ctx) {
+			// An answer from a process that has just died (a port someone else holds) is no
+			// answer from the service.
+			select {
+			case <-proc.Done():
+				return readyExited
+			default:
+				return readyOK
+			}
+		}
+		select {
+		case <-s.stopReq:
+			return readyStop
+		case <-proc.Done():
+			return readyExited
+		case <-ctx.Done():
+			return readyTimeout
+		case <-time.After(interval):
+		}
+	}
+}
+
+var probeClient = &http.Client{
+	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+}
+
+// probe checks readiness once.
+func (s *Service) probe(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, time.Duration(s.spec.ReadyInterval)))
+	defer cancel()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	switch {
+	case s.spec.Ready == "":
+		return true
+	case s.spec.Ready == "tcp":
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	default:
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+s.spec.Ready[len("http:"):], nil)
+		if err != nil {
+			return false
+		}
+		resp, err := probeClient.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return resp.StatusCode >= 200 && resp.StatusCode < 400
+	}
+}
+
+// stop ends a running service on request: SIGTERM to the group, SIGKILL after the grace, then
+// it waits for the group to be gone and the port to refuse connections.
+func (s *Service) stop(proc *process.Process) {
+	s.mu.Lock()
+	grace := s.grace
+	s.status.State = protocol.ServiceStopping
+	s.mu.Unlock()
+	pgid := proc.PID()
+	_ = proc.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for !groupGone(pgid, proc) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var err error
+	if !groupGone(pgid, proc) {
+		err = killGroup(proc)
+	}
+	if err == nil {
+		err = waitPortClosed(s.port)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.stopErr = protocol.Errorf(protocol.CodeFailed, "stop service %q: %v", s.spec.Name, err)
+		s.mu.Unlock()
+		s.finish(protocol.ServiceFailed, "stop: "+err.Error(), false)
+		return
+	}
+	s.finish(protocol.ServiceStopped, "stopped on request", false)
+}
+
+// killGroup SIGKILLs the process group and waits until it is gone.
+func killGroup(proc *process.Process) error {
+	pgid := proc.PID()
+	proc.Cancel()
+	deadline := time.Now().Add(goneTimeout)
+	for !groupGone(pgid, proc) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process group %d still has processes %s after SIGKILL", pgid, goneTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// groupGone says whether the leader has been reaped and no process is left in the group.
+func groupGone(pgid int, proc *process.Process) bool {
+	select {
+	case <-proc.Done():
+	default:
+		return false
+	}
+	return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+// waitPortClosed waits until nothing accepts connections on the port any more.
+func waitPortClosed(port int) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(goneTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err != nil {
+			return nil
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d still accepts connections after the process group is gone", port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func describeExit(e process.Exit) string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("killed by signal %d", e.Signal)
+	}
+	return fmt.Sprintf("exited with code %d", e.Code)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+func sortStatuses(s []protocol.ServiceStatus) {
+	sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name })
+}
