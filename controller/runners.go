@@ -82,6 +82,7 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reconcileRuns(ctx, alloc.ID, hello.Runs)
+	s.recordServices(ctx, alloc.WorkspaceID, hello.Services, true)
 	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
 	s.hub.Add(c)
 	go s.serveRunnerOps(c)

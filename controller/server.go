@@ -170,6 +170,11 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("GET /v1/workspaces/{id}/artifacts", s.handleArtifactList)
 	op.HandleFunc("GET /v1/artifacts/{id}", s.handleArtifactShow)
 	op.HandleFunc("POST /v1/artifacts/{id}/revoke", s.handleArtifactRevoke)
+	op.HandleFunc("POST /v1/workspaces/{id}/services", s.handleServiceStart)
+	op.HandleFunc("GET /v1/workspaces/{id}/services", s.handleServiceList)
+	op.HandleFunc("GET /v1/workspaces/{id}/services/{name}/logs", s.handleServiceLogs)
+	op.HandleFunc("GET /v1/workspaces/{id}/services/{name}/endpoint", s.handleServiceEndpoint)
+	op.HandleFunc("POST /v1/workspaces/{id}/services/{name}/stop", s.handleServiceStop)
 	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
 	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
 	const files = "/v1/workspaces/{id}/files/{path...}"

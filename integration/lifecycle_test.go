@@ -273,7 +273,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tether demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Add hello.sh", "hello from a Tether workspace", "(exit status 3)", "on a new allocation", "snapshot restore", "closed; reopens from", "more work", "untrusted true",
+	for _, want := range []string{"Add hello.sh", "hello from a Tether workspace", "(exit status 3)", "on a new allocation", "snapshot restore", "closed; reopens from", "more work", "untrusted true", "service web ready",
 		"data.bin: 262144 bytes, sha256 ", "sha256 match: ", "refused: path_escape: ", "run_", "done"} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)

@@ -116,6 +116,10 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 		return err
 	}
 
+	if err := demoService(ctx, c, cl, demoCLI, step, ws); err != nil {
+		return err
+	}
+
 	step("tether run ls %s", ws.Name)
 	if err := demoCLI("run", "ls", ws.ID); err != nil {
 		return err

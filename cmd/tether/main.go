@@ -85,6 +85,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newRunCmd(c),
 		newSnapshotCmd(c),
 		newArtifactCmd(c),
+		newServiceCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
 		newProviderCmd(c),

@@ -169,7 +169,16 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			// Services are a best-effort addition: a workspace without any (or an older
+			// controller) shows none.
+			if svcs, err := cl.ListServices(cmd.Context(), w.ID); err == nil && len(svcs) > 0 {
+				c.printf("Services:\n")
+				return c.printServices(svcs)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")

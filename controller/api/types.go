@@ -191,3 +191,30 @@ type Artifact struct {
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 }
+
+// Service is a long-running process a workspace's runner supervises, as last observed.
+type Service struct {
+	WorkspaceID string           `json:"workspace_id"`
+	Name        string           `json:"name"`
+	State       string           `json:"state"` // starting, ready, stopping, stopped, failed
+	Reason      string           `json:"reason,omitempty"`
+	Port        int              `json:"port,omitempty"`
+	Restarts    int              `json:"restarts"`
+	PID         int              `json:"pid,omitempty"`
+	StderrTail  string           `json:"stderr_tail,omitempty"`
+	LogEnd      int64            `json:"log_end"`
+	Argv        []string         `json:"argv,omitempty"`
+	StartedAt   *time.Time       `json:"started_at,omitempty"`
+	ReadyAt     *time.Time       `json:"ready_at,omitempty"`
+	StoppedAt   *time.Time       `json:"stopped_at,omitempty"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	Endpoint    *ServiceEndpoint `json:"endpoint,omitempty"`
+}
+
+// ServiceEndpoint is where a service answers, reported only once the controller itself got an
+// HTTP response from it (at VerifiedAt).
+type ServiceEndpoint struct {
+	URL        string            `json:"url"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	VerifiedAt time.Time         `json:"verified_at"`
+}

@@ -93,5 +93,10 @@ type Store interface {
 	// returns the record.
 	RevokeArtifact(ctx context.Context, id string, at time.Time) (api.Artifact, error)
 
+	// PutService records a service's latest status (keyed by workspace and name).
+	PutService(ctx context.Context, svc api.Service) error
+	// ListServices lists a workspace's service records by name.
+	ListServices(ctx context.Context, workspaceID string) ([]api.Service, error)
+
 	Close() error
 }

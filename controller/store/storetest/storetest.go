@@ -36,6 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LeaseRace", testLeaseRace},
 		{"EventsAndAllocations", testEventsAndAllocations},
 		{"Artifacts", testArtifacts},
+		{"Services", testServices},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// logsRetryFor bounds how long `service logs --follow` keeps reconnecting without getting
+// anywhere (the runner or the controller away).
+const logsRetryFor = 2 * time.Minute
+
+func newServiceCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{Use: "service", Aliases: []string{"svc"}, Short: "Start, list, read logs of, reach and stop a workspace's services"}
+	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceStopCmd(c))
+	return cmd
+}
+
+func newServiceStartCmd(c *cli) *cobra.Command {
+	var spec protocol.ServiceSpec
+	var port string
+	var readyTimeout time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "start ID NAME [--port N|auto] [--ready http:/PATH|tcp] [--env K=V]... [--restart on-failure] -- CMD [ARG...]",
+		Short: "Start a service and return once it is observed ready (or exit non-zero with why it failed)",
+		Args: func(cmd *cobra.Command, a []string) error {
+			if len(a) < 3 || cmd.ArgsLenAtDash() != 2 {
+				return usageError{fmt.Errorf("usage: tether service start ID NAME [flags] -- CMD [ARG...]")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, a []string) error {
+			for _, kv := range spec.Env {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return usageError{fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+				}
+			}
+			switch port {
+			case "", "auto":
+			default:
+				n, err := strconv.Atoi(port)
+				if err != nil || n < 1 || n > 65535 {
+					return usageError{fmt.Errorf("--port %q: want a port number or auto", port)}
+				}
+				spec.Port = n
+			}
+			if r := spec.Ready; r != "" && r != "tcp" && !strings.HasPrefix(r, "http:") {
+				return usageError{fmt.Errorf("--ready %q: want http:/PATH or tcp", r)}
+			}
+			if r := spec.Restart; r != "" && r != "never" && r != "on-failure" {
+				return usageError{fmt.Errorf("--restart %q: want never or on-failure", r)}
+			}
+			spec.Name, spec.Argv = a[1], a[2:]
+			spec.ReadyTimeout = protocol.Duration(readyTimeout)
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			v, err := cl.StartService(cmd.Context(), a[0], spec)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(v)
+			}
+			c.printf("service %s %s%s (pid %d)\n", v.Name, v.State, withPort(v.Port), v.PID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&port, "port", "auto", "port the service listens on, or auto (a free one, passed as $PORT)")
+	f.StringVar(&spec.PortEnv, "port-env", "", "environment variable the port is passed in (default PORT)")
+	f.StringVar(&spec.Ready, "ready", "", "readiness check: http:/PATH (a 2xx/3xx answer) or tcp (a connection); none: started is ready")
+	f.DurationVar(&readyTimeout, "ready-timeout", 0, "how long the service may take to get ready (default 30s)")
+	f.StringArrayVarP(&spec.Env, "env", "e", nil, "set an environment variable (KEY=VALUE), repeatable")
+	f.StringVar(&spec.Cwd, "cwd", "", "working directory, relative to the workspace root")
+	f.StringVar(&spec.Restart, "restart", "", "restart policy: never (default) or on-failure")
+	f.IntVar(&spec.MaxRestarts, "max-restarts", 0, "with --restart on-failure, restart at most this many times (default 3)")
+	f.StringVar(&spec.StopPolicy, "stop", "", "stop policy: manual (default), on-run-finish or idle:DUR")
+	f.BoolVar(&asJSON, "json", false, "print the service as JSON")
+	return cmd
+}
+
+func withPort(port int) string {
+	if port == 0 {
+		return ""
+	}
+	return " on port " + strconv.Itoa(port)
+}
+
+func newServiceLsCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ls ID",
+		Aliases: []string{"list"},
+		Short:   "List a workspace's services",
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			list, err := cl.ListServices(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(list)
+			}
+			return c.printServices(list)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the services as JSON")
+	return cmd
+}
+
+func (c *cli) printServices(list []api.Service) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE\tPORT\tPID\tRESTARTS\tSTARTED\tREASON")
+	for _, v := range list {
+		port, pid, started := "-", "-", "-"
+		if v.Port > 0 {
+			port = strconv.Itoa(v.Port)
+		}
+		if v.PID > 0 {
+			pid = strconv.Itoa(v.PID)
+		}
+		if v.StartedAt != nil {
+			started = ago(*v.StartedAt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Name, v.State, port, pid, v.Restarts, started, v.Reason)
+	}
+	return tw.Flush()
+}
+
+func newServiceLogsCmd(c *cli) *cobra.Command {
+	var follow bool
+	var since int64
+	cmd := &cobra.Command{
+		Use:   "logs ID NAME [--follow] [--since-offset N]",
+		Short: "Print a service's log bytes; --follow keeps printing new ones, resuming across dropped connections",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if since < 0 {
+				return usageError{fmt.Errorf("--since-offset must not be negative")}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			offset := since
+			lastProgress := time.Now()
+			for {
+				res, err := cl.ServiceLogs(ctx, args[0], args[1], offset, follow, c.stdout)
+				if res.End != offset {
+					lastProgress = time.Now()
+				}
+				offset = res.End
+				if err == nil || !follow || ctx.Err() != nil || protocol.CodeOf(err) != protocol.CodeUnavailable {
+					return err
+				}
+				if time.Since(lastProgress) > logsRetryFor {
+					return fmt.Errorf("giving up after %s without progress: %w", logsRetryFor, err)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new log bytes until the service stops")
+	cmd.Flags().Int64Var(&since, "since-offset", 0, "start at this byte offset of the log")
+	return cmd
+}
+
+func newServiceEndpointCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "endpoint ID NAME",
+		Short: "Print where a ready service answers (only once the controller itself reached it)",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ep, err := cl.ServiceEndpoint(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(ep)
+			}
+			c.printf("%s\n", ep.URL)
+			for k, v := range ep.Headers {
+				c.printf("  header %s: %s\n", k, v)
+			}
+			c.printf("  verified %s\n", ep.VerifiedAt.Local().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the endpoint as JSON")
+	return cmd
+}
+
+func newServiceStopCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stop ID NAME",
+		Short: "Stop a service; returns once its processes are gone and its port is closed",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			v, err := cl.StopService(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(v)
+			}
+			c.printf("service %s %s\n", v.Name, v.State)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the service as JSON")
+	return cmd
+}
+
+// demoService starts a small HTTP service in the demo's workspace, fetches its verified
+// endpoint, shows its log and stops it. The sandbox has no Go toolchain: it uses python3's
+// http.server, or a netcat loop, and skips with a note when it has neither.
+func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
+	var probe bytes.Buffer
+	if _, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", "command -v python3 >/dev/null && echo python3 || { command -v nc >/dev/null && echo nc; }"}}, nil, &probe, io.Discard); err != nil {
+		return err
+	}
+	spec := protocol.ServiceSpec{Name: "web"}
+	switch strings.TrimSpace(probe.String()) {
+	case "python3":
+		spec.Argv, spec.Ready = []string{"sh", "-c", "exec python3 -u -m http.server --bind 127.0.0.1 $PORT 2>&1"}, "http:/"
+	case "nc":
+		spec.Argv, spec.Ready = []string{"sh", "-c", `while true; do printf 'HTTP/1.0 200 OK\r\n\r\nok\n' | nc -l -p $PORT; done`}, "tcp"
+	default:
+		c.printf("(service step skipped: the sandbox has neither python3 nor nc)\n")
+		return nil
+	}
+	step("tether service start %s web --port auto --ready %s -- %s", ws.Name, spec.Ready, strings.Join(spec.Argv, " "))
+	v, err := cl.StartService(ctx, ws.ID, spec)
+	if err != nil {
+		return err
+	}
+	c.printf("service %s %s%s (pid %d)\n", v.Name, v.State, withPort(v.Port), v.PID)
+	step("tether service endpoint %s web   # reported only once the controller reached it", ws.Name)
+	if err := demoCLI("service", "endpoint", ws.ID, "web"); err != nil {
+		return err
+	}
+	step("tether service logs %s web", ws.Name)
+	if err := demoCLI("service", "logs", ws.ID, "web"); err != nil {
+		return err
+	}
+	step("tether service stop %s web   # returns once the processes are gone and the port is closed", ws.Name)
+	return demoCLI("service", "stop", ws.ID, "web")
+}

@@ -1,0 +1,333 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Headers of the service logs API.
+const (
+	// HeaderLogOffset is the offset of the first log byte of the response.
+	HeaderLogOffset = "X-Tether-Log-Offset"
+	// HeaderLogEnd is an HTTP trailer: the offset one past the last byte sent, where a reader
+	// resumes. A response cut off without it was interrupted; resume from the bytes received.
+	HeaderLogEnd = "X-Tether-Log-End"
+)
+
+// endpointCheckTimeout bounds the controller's own request to a service's endpoint.
+const endpointCheckTimeout = 10 * time.Second
+
+// serviceRecord turns what the runner reports into the controller's record of it.
+func serviceRecord(workspaceID string, st protocol.ServiceStatus) api.Service {
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	return api.Service{WorkspaceID: workspaceID, Name: st.Name, State: st.State, Reason: st.Reason, Port: st.Port,
+		Restarts: st.Restarts, PID: st.PID, StderrTail: st.StderrTail, LogEnd: st.LogEnd, Argv: st.Spec.Argv,
+		StartedAt: at(st.StartedAt), ReadyAt: at(st.ReadyAt), StoppedAt: at(st.StoppedAt), UpdatedAt: time.Now().UTC()}
+}
+
+// recordService stores a service's status; a failure is logged, not reported: the runner's
+// answer is the truth of the moment.
+func (s *Server) recordService(ctx context.Context, v api.Service) {
+	if err := s.store.PutService(context.WithoutCancel(ctx), v); err != nil {
+		s.log.Error("record service", "workspace", v.WorkspaceID, "service", v.Name, "err", err)
+	}
+}
+
+// recordServices stores the statuses a runner reports (in its hello or a list). With all, the
+// stored services that are still live on record but not reported are marked failed: the runner
+// no longer knows them.
+func (s *Server) recordServices(ctx context.Context, workspaceID string, reported []protocol.ServiceStatus, all bool) []api.Service {
+	out := make([]api.Service, 0, len(reported))
+	seen := map[string]bool{}
+	for _, st := range reported {
+		v := serviceRecord(workspaceID, st)
+		s.recordService(ctx, v)
+		out = append(out, v)
+		seen[st.Name] = true
+	}
+	if !all {
+		return out
+	}
+	stored, err := s.store.ListServices(ctx, workspaceID)
+	if err != nil {
+		s.log.Error("list services", "workspace", workspaceID, "err", err)
+		return out
+	}
+	for _, v := range stored {
+		if seen[v.Name] {
+			continue
+		}
+		if v.State == protocol.ServiceStarting || v.State == protocol.ServiceReady || v.State == protocol.ServiceStopping {
+			v.State, v.Reason, v.UpdatedAt = protocol.ServiceFailed, "the runner no longer reports this service", time.Now().UTC()
+			s.recordService(ctx, v)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
+	ws, c, epoch, err := s.writer(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var spec protocol.ServiceSpec
+	if err := decodeJSON(r, &spec); err != nil {
+		writeError(w, err)
+		return
+	}
+	switch {
+	case spec.Name == "":
+		err = protocol.Errorf(protocol.CodeInvalidArgument, "a service needs a name")
+	case len(spec.Argv) == 0:
+		err = protocol.Errorf(protocol.CodeInvalidArgument, "service %s needs a command", spec.Name)
+	case spec.Port < 0 || spec.Port > 65535:
+		err = protocol.Errorf(protocol.CodeInvalidArgument, "port %d is out of range 0-65535 (0: auto)", spec.Port)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var st protocol.ServiceStatus
+	if err := call(r.Context(), c, protocol.OpServiceStart, epoch, spec, &st); err != nil {
+		// The failed status (reason, stderr tail, restarts) is what the runner lists now.
+		s.refreshService(r.Context(), ws.ID, c, spec.Name)
+		writeError(w, err)
+		return
+	}
+	v := serviceRecord(ws.ID, st)
+	s.recordService(r.Context(), v)
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// refreshService records one service as the runner lists it now (best effort).
+func (s *Server) refreshService(ctx context.Context, workspaceID string, c *hub.Conn, name string) {
+	var list []protocol.ServiceStatus
+	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+		return
+	}
+	for _, st := range list {
+		if st.Name == name {
+			s.recordService(ctx, serviceRecord(workspaceID, st))
+		}
+	}
+}
+
+// services lists a workspace's services: live from its runner when connected (and recorded),
+// else as last recorded.
+func (s *Server) services(ctx context.Context, idOrName string) ([]api.Service, error) {
+	ws, err := s.workspace(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok || ws.State != api.StateReady {
+		return s.store.ListServices(ctx, ws.ID)
+	}
+	var list []protocol.ServiceStatus
+	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+		return nil, err
+	}
+	return s.recordServices(ctx, ws.ID, list, true), nil
+}
+
+func (s *Server) handleServiceList(w http.ResponseWriter, r *http.Request) {
+	list, err := s.services(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) service(ctx context.Context, idOrName, name string) (api.Service, error) {
+	list, err := s.services(ctx, idOrName)
+	if err != nil {
+		return api.Service{}, err
+	}
+	for _, v := range list {
+		if v.Name == name {
+			return v, nil
+		}
+	}
+	return api.Service{}, protocol.Errorf(protocol.CodeNotFound, "workspace %s has no service %q", idOrName, name)
+}
+
+// handleServiceLogs streams a service's log bytes from ?offset=N (with ?follow=true, until the
+// service stops or the client goes). The start offset is a header, the end offset a trailer; a
+// runner that drops mid-stream cuts the response off, without the trailer.
+func (s *Server) handleServiceLogs(w http.ResponseWriter, r *http.Request) {
+	c, err := s.runnerFor(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	args := protocol.ServiceLogsArgs{Name: r.PathValue("name"), Follow: q.Get("follow") == "true"}
+	if o := q.Get("offset"); o != "" {
+		if args.Offset, err = strconv.ParseInt(o, 10, 64); err != nil || args.Offset < 0 {
+			writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "offset %q: want a byte offset", o))
+			return
+		}
+	}
+	st, err := c.Open(protocol.OpServiceLogs, "", 0, args)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer st.Close()
+	stop := context.AfterFunc(r.Context(), func() { st.Close() })
+	defer stop()
+	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
+	tr, err := readTrailer(st)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var reply protocol.ServiceLogsReply
+	if err := decodeResult(tr, &reply); err != nil {
+		writeError(w, err)
+		return
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set(HeaderLogOffset, strconv.FormatInt(reply.Offset, 10))
+	h.Set("Trailer", HeaderLogEnd)
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	offset := reply.Offset
+	buf := make([]byte, 64<<10)
+	for {
+		ch, p, err := protocol.ReadFrame(st, buf)
+		if err != nil {
+			if r.Context().Err() == nil {
+				s.log.Warn("service log stream cut off", "service", args.Name, "offset", offset, "err", err)
+			}
+			panic(http.ErrAbortHandler)
+		}
+		switch ch {
+		case protocol.ChanStdout:
+			if _, err := w.Write(p); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			offset += int64(len(p))
+			if flusher != nil {
+				flusher.Flush()
+			}
+		case protocol.ChanExit:
+			var end protocol.ServiceLogsEnd
+			if err := json.Unmarshal(p, &end); err == nil {
+				offset = end.Offset
+			}
+			h.Set(HeaderLogEnd, strconv.FormatInt(offset, 10))
+			return
+		}
+	}
+}
+
+// handleServiceEndpoint asks the provider where the service's port is reachable, and answers
+// only once the controller itself got an HTTP response there (any status).
+func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v, err := s.service(r.Context(), ws.ID, r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if v.State != protocol.ServiceReady || v.Port == 0 {
+		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "service %s is %s%s; no endpoint", v.Name, v.State, withPort(v.Port)))
+		return
+	}
+	prov, err := s.providerFor(r.Context(), ws.Provider)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ep, err := prov.Endpoint(r.Context(), ws.AllocationID, v.Port)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkEndpoint(r.Context(), ep.URL, ep.Headers); err != nil {
+		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "service %s endpoint %s does not answer: %v", v.Name, ep.URL, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ServiceEndpoint{URL: ep.URL, Headers: ep.Headers, VerifiedAt: time.Now().UTC()})
+}
+
+func withPort(port int) string {
+	if port == 0 {
+		return ""
+	}
+	return " on port " + strconv.Itoa(port)
+}
+
+// checkEndpoint makes one GET to url with headers; any HTTP response counts as reached.
+func checkEndpoint(ctx context.Context, url string, headers map[string]string) error {
+	ctx, cancel := context.WithTimeout(ctx, endpointCheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.Body.Close()
+}
+
+func (s *Server) handleServiceStop(w http.ResponseWriter, r *http.Request) {
+	ws, c, epoch, err := s.writer(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	args := protocol.ServiceStopArgs{Name: r.PathValue("name")}
+	if g := r.URL.Query().Get("grace"); g != "" {
+		d, err := parseDuration("grace", g, 0)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		args.Grace = protocol.Duration(d)
+	}
+	var st protocol.ServiceStatus
+	if err := call(r.Context(), c, protocol.OpServiceStop, epoch, args, &st); err != nil {
+		s.refreshService(r.Context(), ws.ID, c, args.Name)
+		writeError(w, err)
+		return
+	}
+	v := serviceRecord(ws.ID, st)
+	s.recordService(r.Context(), v)
+	writeJSON(w, http.StatusOK, v)
+}

@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+// serviceServer is a tiny HTTP server: it listens on 127.0.0.1:$PORT, logs each request's path
+// to stdout and answers /health with 200.
+const serviceServer = `package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+)
+
+func main() {
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("request", r.URL.Path)
+		fmt.Fprintln(w, "hello from", r.URL.Path)
+	})
+	fmt.Fprintln(os.Stderr, "listening on", os.Getenv("PORT"))
+	if err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+`
+
+// buildServiceServer builds serviceServer and copies it into the workspace root as ./server.
+func buildServiceServer(t *testing.T, ws api.Workspace) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(serviceServer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module server\n\ngo 1.21\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", "server", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the test server: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws.Root, "server"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServiceLifecycle(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t, "--name", "svc")
+	buildServiceServer(t, ws)
+
+	r := c.cli(t, nil, "service", "start", ws.ID, "web", "--port", "auto", "--ready", "http:/health", "--json", "--", "./server")
+	if r.Code != 0 {
+		t.Fatalf("service start: %+v", r)
+	}
+	var svc api.Service
+	if err := json.Unmarshal([]byte(r.Stdout), &svc); err != nil {
+		t.Fatalf("service start --json printed %q: %v", r.Stdout, err)
+	}
+	if svc.State != "ready" || svc.Port == 0 || svc.PID == 0 {
+		t.Fatalf("started service: %+v", svc)
+	}
+
+	// The endpoint is verified by the controller, and answers.
+	var ep api.ServiceEndpoint
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "endpoint", ws.ID, "web", "--json")), &ep); err != nil {
+		t.Fatal(err)
+	}
+	if ep.URL == "" || ep.VerifiedAt.IsZero() {
+		t.Fatalf("endpoint: %+v", ep)
+	}
+	req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(ep.URL, "/")+"/from-the-test", nil)
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET the endpoint: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the endpoint: %s", resp.Status)
+	}
+
+	// The log shows the request.
+	eventually(t, 10*time.Second, "the request in the service log", func() bool {
+		return strings.Contains(c.mustCLI(t, "service", "logs", ws.ID, "web"), "request /from-the-test")
+	})
+	// Resuming from an offset gives exactly the rest.
+	all := c.mustCLI(t, "service", "logs", ws.ID, "web")
+	if rest := c.mustCLI(t, "service", "logs", ws.ID, "web", "--since-offset", "3"); len(all) > 3 && !strings.HasPrefix(all[3:], rest[:min(len(rest), len(all)-3)]) {
+		t.Fatalf("logs from offset 3 = %q; whole log %q", rest, all)
+	}
+
+	// The list and the workspace detail show it.
+	var list []api.Service
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "ls", ws.ID, "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "web" || list[0].State != "ready" {
+		t.Fatalf("service ls: %+v", list)
+	}
+	if out := c.mustCLI(t, "workspace", "show", ws.ID); !strings.Contains(out, "web") {
+		t.Fatalf("workspace show lacks the service:\n%s", out)
+	}
+
+	// Stop: no process left, the port refuses connections.
+	var stopped api.Service
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "stop", ws.ID, "web", "--json")), &stopped); err != nil {
+		t.Fatal(err)
+	}
+	if stopped.State != "stopped" {
+		t.Fatalf("stopped service: %+v", stopped)
+	}
+	if alive(svc.PID) {
+		t.Fatalf("pid %d is still alive after stop", svc.PID)
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(svc.Port), time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("port %d still accepts connections after stop", svc.Port)
+	}
+	r = c.cli(t, nil, "service", "endpoint", ws.ID, "web")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "error: unavailable:") {
+		t.Fatalf("endpoint of a stopped service: %+v", r)
+	}
+}
+
+func TestServiceFailures(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t)
+
+	// Never ready: fails with its stderr tail.
+	r := c.cli(t, nil, "service", "start", ws.ID, "sleepy", "--ready", "tcp", "--ready-timeout", "1s",
+		"--", "sh", "-c", "echo never-listening-here >&2; sleep 60")
+	if r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: ") || !strings.Contains(r.Stderr, "never-listening-here") {
+		t.Fatalf("a service that never gets ready: %+v", r)
+	}
+
+	// A crashing service with on-failure restarts a bounded number of times.
+	r = c.cli(t, nil, "service", "start", ws.ID, "crash", "--ready", "tcp", "--restart", "on-failure", "--max-restarts", "2",
+		"--", "sh", "-c", "exit 3")
+	if r.Code == 0 {
+		t.Fatalf("a crashing service started: %+v", r)
+	}
+	var list []api.Service
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "ls", ws.ID, "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	var crash *api.Service
+	for i := range list {
+		if list[i].Name == "crash" {
+			crash = &list[i]
+		}
+	}
+	if crash == nil || crash.State != "failed" || crash.Restarts != 2 {
+		t.Fatalf("crash service after bounded restarts: %+v (list %+v)", crash, list)
+	}
+}
