@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -173,5 +174,33 @@ func TestServiceFailures(t *testing.T) {
 	}
 	if crash == nil || crash.State != "failed" || crash.Restarts != 2 {
 		t.Fatalf("crash service after bounded restarts: %+v (list %+v)", crash, list)
+	}
+}
+
+// A log follow that loses its connection (the runner's socket is cut) resumes from the last
+// offset it received: no line is lost or doubled.
+func TestServiceLogFollowSurvivesADrop(t *testing.T) {
+	p := startProxy(t)
+	c := startController(t, serveOpts{extraArgs: []string{"--advertise-url", p.URL()}})
+	p.setTarget(c.Addr)
+	ws := c.createWorkspace(t, "--name", "logs")
+	c.mustCLI(t, "service", "start", ws.ID, "counter", "--", "sh", "-c", "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo line $i; sleep 0.01; done; sleep 300")
+	follow := c.cliCmd("service", "logs", ws.ID, "counter", "--follow")
+	var out syncBuffer
+	follow.Stdout = &out
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "some lines to arrive", func() bool { return strings.Contains(out.String(), "line 50\n") })
+	p.cut()
+	eventually(t, 60*time.Second, "all 400 lines after the drop", func() bool { return strings.Contains(out.String(), "line 400\n") })
+	c.mustCLI(t, "service", "stop", ws.ID, "counter")
+	_ = follow.Process.Signal(os.Interrupt)
+	_ = follow.Wait()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for i, l := range lines[:400] {
+		if l != fmt.Sprintf("line %d", i+1) {
+			t.Fatalf("line %d is %q: the follow lost or doubled output across the drop", i+1, l)
+		}
 	}
 }
