@@ -68,13 +68,17 @@ func (c *WSConn) writeLoop() {
 	for {
 		select {
 		case w := <-c.writes:
+			if w.p == nil && w.done != nil { // a flush: everything queued before it is sent
+				w.done <- nil
+				continue
+			}
 			if err := c.writeMessage(w); err != nil {
-				c.Close()
+				c.closeNow()
 				return
 			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
-				c.Close()
+				c.closeNow()
 				return
 			}
 		case <-c.closed:
@@ -141,7 +145,8 @@ func (c *WSConn) Read(p []byte) (int, error) {
 		if c.reader == nil {
 			typ, r, err := c.ws.NextReader()
 			if err != nil {
-				c.Close()
+				// The peer is gone: nothing queued can reach it any more.
+				c.closeNow()
 				return 0, io.EOF
 			}
 			if typ != websocket.BinaryMessage {
@@ -209,6 +214,24 @@ func (c *WSConn) Write(p []byte) (int, error) {
 
 // Close sends a close frame (best effort) and closes the socket.
 func (c *WSConn) Close() error {
+	// Writes return before small ones are sent (see Write), so let what is queued go out first:
+	// a refusal written just before Close must still reach the peer.
+	done := make(chan error, 1)
+	select {
+	case c.writes <- wsWrite{done: done}:
+		select {
+		case <-done:
+		case <-c.closed:
+		case <-time.After(writeWait):
+		}
+	case <-c.closed:
+	case <-time.After(writeWait):
+	}
+	return c.closeNow()
+}
+
+// closeNow closes without waiting for queued writes: the writer itself failed, or the peer went.
+func (c *WSConn) closeNow() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		_ = c.ws.WriteControl(websocket.CloseMessage,
