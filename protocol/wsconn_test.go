@@ -15,6 +15,10 @@ func TestWritesBeforeCloseArrive(t *testing.T) {
 			if err != nil {
 				return
 			}
+			var h Header
+			if ReadJSON(st, &h) != nil {
+				return
+			}
 			_ = WriteJSON(st, Trailer{Error: Errorf(CodeUnauthorized, "refused %d", i)})
 			sess.Close()
 			conn.Close()
