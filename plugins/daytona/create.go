@@ -226,16 +226,7 @@ func (p *Provider) cleanupByLabels(ctx context.Context, cli *Client, alloc strin
 }
 
 func validateCreate(req provider.CreateRequest) error {
-	if req.WorkspaceID == "" || strings.ContainsAny(req.WorkspaceID, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
-	}
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
-		return err
-	}
-	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-		return err
-	}
-	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
+	if err := req.Check(); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
@@ -246,18 +237,13 @@ func validateCreate(req provider.CreateRequest) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "option %s can only be set in the provider's configuration", k)
 		}
 	}
-	for k, v := range req.Labels {
-		if k == "" || strings.HasPrefix(k, "tether.") || strings.ContainsRune(k+v, 0) {
-			return provider.Errorf(provider.CodeInvalidArgument, "label %q is reserved or invalid", k)
-		}
-	}
 	// Variables go into a shell script here, so names must also be shell names.
 	for k := range req.Env {
 		if !envName(k) {
 			return provider.Errorf(provider.CodeInvalidArgument, "invalid environment variable %q", k)
 		}
 	}
-	return provider.CheckEnv(req.Env)
+	return nil
 }
 
 // envName accepts names a shell can export.

@@ -79,14 +79,14 @@ type Provider struct {
 	stateDir string
 	cli      *Client
 	keyEnv   string
-	locks    map[string]*sync.Mutex
+	locks    provider.Locks
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a Daytona provider reporting version.
 func New(version string) *Provider {
-	return &Provider{version: version, locks: make(map[string]*sync.Mutex)}
+	return &Provider{version: version}
 }
 
 // Info describes the provider.
@@ -136,17 +136,7 @@ func (p *Provider) configured() (*Client, map[string]string, error) {
 }
 
 // lock serialises operations on one allocation in this process.
-func (p *Provider) lock(id string) func() {
-	p.mu.Lock()
-	l, ok := p.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		p.locks[id] = l
-	}
-	p.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
 // sandboxName is allocation id's sandbox name.
 func sandboxName(id string) string { return "tether-" + id }

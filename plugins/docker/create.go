@@ -150,16 +150,7 @@ func hostConfig(opts map[string]string, lim limits) *container.HostConfig {
 }
 
 func validateCreate(req provider.CreateRequest) error {
-	if req.WorkspaceID == "" || strings.ContainsAny(req.WorkspaceID, "\x00\n") {
-		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
-	}
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
-		return err
-	}
-	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-		return err
-	}
-	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
+	if err := req.Check(); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
@@ -170,12 +161,7 @@ func validateCreate(req provider.CreateRequest) error {
 			return provider.Errorf(provider.CodeInvalidArgument, "option %s can only be set in the provider's configuration", k)
 		}
 	}
-	for k, v := range req.Labels {
-		if k == "" || strings.HasPrefix(k, "tether.") || strings.ContainsRune(k+v, 0) {
-			return provider.Errorf(provider.CodeInvalidArgument, "label %q is reserved or invalid", k)
-		}
-	}
-	return provider.CheckEnv(req.Env)
+	return nil
 }
 
 // checkReachable refuses a network the runner cannot dial the controller from: none, or a

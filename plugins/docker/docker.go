@@ -78,14 +78,14 @@ type Provider struct {
 	mu    sync.Mutex
 	cfg   map[string]string // resolved options; nil until Configure
 	cli   *client.Client
-	locks map[string]*sync.Mutex
+	locks provider.Locks
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a Docker provider reporting the given version.
 func New(version string) *Provider {
-	return &Provider{version: version, locks: make(map[string]*sync.Mutex)}
+	return &Provider{version: version}
 }
 
 // Info describes the provider.
@@ -150,18 +150,8 @@ func (p *Provider) configured() (*client.Client, map[string]string, error) {
 	return p.cli, p.cfg, nil
 }
 
-// lock serialises operations on one allocation.
-func (p *Provider) lock(id string) func() {
-	p.mu.Lock()
-	l, ok := p.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		p.locks[id] = l
-	}
-	p.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+// lock serialises operations on one allocation in this process.
+func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
 // containerName is the name of allocation id's container.
 func containerName(id string) string { return "tether-" + id }

@@ -130,27 +130,13 @@ func startRunner(dir string, m marker, token string) (provider.Allocation, error
 }
 
 func validateCreate(req provider.CreateRequest) error {
-	if req.WorkspaceID == "" || strings.ContainsRune(req.WorkspaceID, 0) {
-		return provider.Errorf(provider.CodeInvalidArgument, "workspace id is required")
-	}
-	if err := provider.CheckToken(req.RunnerToken); err != nil {
-		return err
-	}
-	if err := provider.CheckControllerURL(req.ControllerURL); err != nil {
-		return err
-	}
-	if err := provider.CheckRunnerBinary(req.RunnerBinary); err != nil {
+	if err := req.Check(); err != nil {
 		return err
 	}
 	if err := options.Check(req.Options); err != nil {
 		return err
 	}
-	for k, v := range req.Labels {
-		if k == "" || strings.ContainsRune(k+v, 0) {
-			return provider.Errorf(provider.CodeInvalidArgument, "invalid label %q", k)
-		}
-	}
-	return provider.CheckEnv(req.Env)
+	return nil
 }
 
 // runnerEnv builds the runner's whole environment. The runner binary's

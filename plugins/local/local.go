@@ -38,8 +38,8 @@ type Provider struct {
 	stopGrace time.Duration
 
 	mu       sync.Mutex
-	stateDir string                 // "" until Configure succeeds
-	locks    map[string]*sync.Mutex // per allocation, serialising Create/Stop/Destroy
+	stateDir string         // "" until Configure succeeds
+	locks    provider.Locks // per allocation, serialising Create/Stop/Destroy
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -49,7 +49,6 @@ func New(version string) *Provider {
 	return &Provider{
 		version:   version,
 		stopGrace: defaultStopGrace,
-		locks:     make(map[string]*sync.Mutex),
 	}
 }
 
@@ -109,17 +108,7 @@ func (p *Provider) configured() (string, error) {
 
 // lock serialises operations on one allocation; other allocations proceed,
 // so a slow Stop does not hold up unrelated Creates.
-func (p *Provider) lock(id string) func() {
-	p.mu.Lock()
-	l, ok := p.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		p.locks[id] = l
-	}
-	p.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
 // allocationDir validates id and returns its directory under the state dir.
 func (p *Provider) allocationDir(id string) (string, error) {

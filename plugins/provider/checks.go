@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Checks every provider makes on what the controller hands it, shared so that all providers
@@ -76,4 +77,50 @@ func (r StartRequest) Check() error {
 		return CheckControllerURL(r.ControllerURL)
 	}
 	return nil
+}
+
+// Check validates what every provider needs of a create request; providers add their own
+// checks (options, names) on top.
+func (r CreateRequest) Check() error {
+	if r.WorkspaceID == "" || strings.ContainsAny(r.WorkspaceID, "\x00\n") {
+		return Errorf(CodeInvalidArgument, "workspace id is required")
+	}
+	if err := CheckToken(r.RunnerToken); err != nil {
+		return err
+	}
+	if err := CheckControllerURL(r.ControllerURL); err != nil {
+		return err
+	}
+	if err := CheckRunnerBinary(r.RunnerBinary); err != nil {
+		return err
+	}
+	for k, v := range r.Labels {
+		// tether.* labels are how providers recognise what they own.
+		if k == "" || strings.HasPrefix(k, "tether.") || strings.ContainsRune(k+v, 0) {
+			return Errorf(CodeInvalidArgument, "label %q is reserved or invalid", k)
+		}
+	}
+	return CheckEnv(r.Env)
+}
+
+// Locks serialises operations on one allocation within a provider process.
+type Locks struct {
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// Lock takes the allocation's lock and returns its release.
+func (l *Locks) Lock(id string) func() {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*sync.Mutex{}
+	}
+	m, ok := l.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		l.locks[id] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
