@@ -20,6 +20,11 @@ const (
 	// HeaderLogEnd is an HTTP trailer: the offset one past the last byte sent, where a reader
 	// resumes. A response cut off without it was interrupted; resume from the bytes received.
 	HeaderLogEnd = "X-Tether-Log-End"
+	// HeaderLogOverrun is an HTTP trailer, "true" when the response ended early because the
+	// bytes after the end offset were overwritten in the runner's ring before they were sent:
+	// ask again from the end offset, and the next response's start offset says where the log
+	// resumes.
+	HeaderLogOverrun = "X-Tether-Log-Overrun"
 )
 
 // endpointCheckTimeout bounds the controller's own request to a service's endpoint.
@@ -99,6 +104,9 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 	case spec.Port < 0 || spec.Port > 65535:
 		err = protocol.Errorf(protocol.CodeInvalidArgument, "port %d is out of range 0-65535 (0: auto)", spec.Port)
 	}
+	if err == nil {
+		err = s.bindRun(r.Context(), ws, &spec)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -113,6 +121,46 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 	v := serviceRecord(ws.ID, st)
 	s.recordService(r.Context(), v)
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// bindRun settles which run an on-run-finish service belongs to: the one named (which must be
+// this workspace's and still running) or else the newest running run. A run named with no stop
+// policy means on-run-finish.
+func (s *Server) bindRun(ctx context.Context, ws api.Workspace, spec *protocol.ServiceSpec) error {
+	if spec.Run != "" && spec.StopPolicy == "" {
+		spec.StopPolicy = "on-run-finish"
+	}
+	if spec.StopPolicy != "on-run-finish" {
+		if spec.Run != "" {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "a run only goes with stop policy on-run-finish, not %s", spec.StopPolicy)
+		}
+		return nil
+	}
+	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
+	if err != nil {
+		return err
+	}
+	if spec.Run == "" {
+		var newest time.Time
+		for _, run := range running {
+			if spec.Run == "" || run.StartedAt.After(newest) {
+				spec.Run, newest = run.ID, run.StartedAt
+			}
+		}
+		if spec.Run == "" {
+			return protocol.Errorf(protocol.CodeConflict, "stop policy on-run-finish: workspace %s has no running run (start one, or name it with --run)", ws.Name)
+		}
+		return nil
+	}
+	for _, run := range running {
+		if run.ID == spec.Run {
+			return nil
+		}
+	}
+	if run, err := s.store.GetRun(ctx, spec.Run); err == nil && run.WorkspaceID == ws.ID {
+		return protocol.Errorf(protocol.CodeConflict, "run %s is %s, not running", spec.Run, run.State)
+	}
+	return protocol.Errorf(protocol.CodeNotFound, "workspace %s has no run %s", ws.Name, spec.Run)
 }
 
 // refreshService records one service as the runner lists it now (best effort).
@@ -209,7 +257,7 @@ func (s *Server) handleServiceLogs(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set(HeaderLogOffset, strconv.FormatInt(reply.Offset, 10))
-	h.Set("Trailer", HeaderLogEnd)
+	h.Set("Trailer", HeaderLogEnd+", "+HeaderLogOverrun)
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	if flusher != nil {
@@ -240,6 +288,9 @@ func (s *Server) handleServiceLogs(w http.ResponseWriter, r *http.Request) {
 				offset = end.Offset
 			}
 			h.Set(HeaderLogEnd, strconv.FormatInt(offset, 10))
+			if end.Overrun {
+				h.Set(HeaderLogOverrun, "true")
+			}
 			return
 		}
 	}

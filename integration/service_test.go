@@ -204,3 +204,95 @@ func TestServiceLogFollowSurvivesADrop(t *testing.T) {
 		}
 	}
 }
+
+// A service with stop policy on-run-finish belongs to the run that was running when it started:
+// it stops when that run ends, and a service with no running run to belong to is refused.
+func TestServiceStopsWhenItsRunFinishes(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t)
+
+	r := c.cli(t, nil, "service", "start", ws.ID, "orphan", "--stop", "on-run-finish", "--", "sleep", "60")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "error: conflict:") {
+		t.Fatalf("on-run-finish with no running run: %+v", r)
+	}
+	r = c.cli(t, nil, "service", "start", ws.ID, "orphan", "--run", "run_doesnotexist", "--", "sleep", "60")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "error: not_found:") {
+		t.Fatalf("on-run-finish with an unknown run: %+v", r)
+	}
+
+	// The run: it waits until the test removes a file, so it ends when the test says.
+	c.mustCLI(t, "exec", ws.ID, "--", "touch", "hold")
+	runDone := make(chan result, 1)
+	go func() {
+		runDone <- c.cli(t, nil, "exec", ws.ID, "--", "sh", "-c", "while [ -e hold ]; do sleep 0.05; done")
+	}()
+	var runID string
+	eventually(t, 20*time.Second, "the run to be recorded as running", func() bool {
+		var runs []api.Run
+		if err := json.Unmarshal([]byte(c.mustCLI(t, "run", "ls", ws.ID, "--json")), &runs); err != nil {
+			t.Fatal(err)
+		}
+		for _, run := range runs {
+			if run.State == api.RunRunning {
+				runID = run.ID
+			}
+		}
+		return runID != ""
+	})
+	var svc api.Service
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "start", ws.ID, "helper", "--stop", "on-run-finish", "--json", "--", "sleep", "60")), &svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.State != "ready" || svc.PID == 0 {
+		t.Fatalf("helper: %+v", svc)
+	}
+	manual := c.mustCLI(t, "service", "start", ws.ID, "keeper", "--", "sleep", "60")
+	if !strings.Contains(manual, "ready") {
+		t.Fatalf("keeper: %s", manual)
+	}
+
+	c.mustCLI(t, "files", "rm", ws.ID, "hold")
+	if res := <-runDone; res.Code != 0 {
+		t.Fatalf("the run: %+v", res)
+	}
+	eventually(t, 20*time.Second, "helper stopped after its run finished", func() bool {
+		var list []api.Service
+		if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "ls", ws.ID, "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range list {
+			if v.Name == "helper" && v.State == "stopped" && strings.Contains(v.Reason, runID) {
+				return true
+			}
+		}
+		return false
+	})
+	if alive(svc.PID) {
+		t.Fatalf("helper pid %d outlived its run", svc.PID)
+	}
+	var list []api.Service
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "ls", ws.ID, "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list {
+		if v.Name == "keeper" && v.State != "ready" {
+			t.Fatalf("a manual service stopped with the run: %+v", v)
+		}
+	}
+}
+
+// Bytes a small log ring dropped before anyone read them are said on stderr; stdout holds only
+// the log's own bytes, and they are the newest ones.
+func TestServiceLogGapIsSaid(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t)
+	c.mustCLI(t, "service", "start", ws.ID, "chatty", "--log-bytes", "4096", "--",
+		"sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; sleep 60")
+	eventually(t, 20*time.Second, "the whole output in the log", func() bool {
+		return strings.Contains(c.mustCLI(t, "service", "logs", ws.ID, "chatty"), "line-1999\n")
+	})
+	r := c.cli(t, nil, "service", "logs", ws.ID, "chatty")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "were overwritten") || strings.Contains(r.Stdout, "line-0\n") || len(r.Stdout) != 4096 {
+		t.Fatalf("logs of a wrapped ring: code %d, %d bytes, stderr %q", r.Code, len(r.Stdout), r.Stderr)
+	}
+}

@@ -45,8 +45,11 @@ type ServiceSpec struct {
 	ReadyInterval Duration `json:"ready_interval,omitempty"` // default 100ms
 	Restart       string   `json:"restart,omitempty"`        // "never" (default) | "on-failure"
 	MaxRestarts   int      `json:"max_restarts,omitempty"`   // with on-failure, default 3
-	StopPolicy    string   `json:"stop_policy,omitempty"`    // "manual" (default) | "on-run-finish" | "idle:DUR"
-	LogBytes      int      `json:"log_bytes,omitempty"`      // ring size, default 1 MiB
+	// StopPolicy is "manual" (default), "on-run-finish" (stopped when Run ends) or "idle:DUR"
+	// (stopped after DUR with no connection open on its port and no new log bytes).
+	StopPolicy string `json:"stop_policy,omitempty"`
+	Run        string `json:"run,omitempty"`       // with on-run-finish: the run whose end stops it
+	LogBytes   int    `json:"log_bytes,omitempty"` // ring size, default 1 MiB
 }
 
 // ServiceStatus is what the runner knows of a service.
@@ -82,6 +85,10 @@ type ServiceLogsReply struct {
 // reconnects resumes there without a gap or a duplicate.
 type ServiceLogsEnd struct {
 	Offset int64 `json:"offset"`
+	// Overrun: the stream ended because the bytes from Offset on were overwritten in the ring
+	// before they were sent. A reader asks again from Offset and the reply says where the log
+	// really resumes.
+	Overrun bool `json:"overrun,omitempty"`
 }
 
 // ServiceStopArgs stops a service: SIGTERM to its group, SIGKILL after Grace (default 5s).

@@ -149,6 +149,7 @@ func (r *Runner) exec(st *yamux.Stream, h protocol.Header) {
 		result.Error = protocol.Errorf(protocol.CodeTimeout, "command exceeded its timeout of %s and was killed", time.Duration(args.Timeout))
 	}
 	r.runs.exited(args.RunID, result)
+	r.services.RunFinished(args.RunID)
 	if !detached.Load() && cw.WriteJSONFrame(protocol.ChanExit, result) == nil {
 		return
 	}

@@ -67,6 +67,14 @@ func (t *runTable) exited(id string, exit protocol.ExecExit) {
 	}
 }
 
+// running says whether run id was started here and has not finished.
+func (t *runTable) running(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.runs[id]
+	return ok && !e.status.Finished
+}
+
 func (t *runTable) snapshot() []protocol.RunStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -2,11 +2,13 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/service"
 )
 
 // shutdownGrace is how long services get between SIGTERM and SIGKILL when the runner shuts down.
@@ -19,7 +21,14 @@ func (r *Runner) serviceStart(ctx context.Context, h protocol.Header) (any, erro
 	if err := decodeArgs(h, &spec); err != nil {
 		return nil, err
 	}
+	if spec.StopPolicy == service.StopOnRunFinish && !r.runs.running(spec.Run) {
+		return nil, protocol.Errorf(protocol.CodeConflict, "stop policy on-run-finish: run %q is not running in this workspace", spec.Run)
+	}
 	st, err := r.services.Start(ctx, spec, r.cfg.Env)
+	if spec.StopPolicy == service.StopOnRunFinish && !r.runs.running(spec.Run) {
+		// The run ended between the check above and the service being registered.
+		r.services.RunFinished(spec.Run)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -66,8 +75,9 @@ func (r *Runner) serviceLogs(ctx context.Context, st *yamux.Stream, h protocol.H
 			return nil
 		},
 		func(p []byte) error { return cw.WriteFrame(protocol.ChanStdout, p) })
-	if err != nil && ctx.Err() == nil {
+	overrun := errors.Is(err, service.ErrOverrun)
+	if err != nil && !overrun && ctx.Err() == nil {
 		return // the stream failed
 	}
-	_ = cw.WriteJSONFrame(protocol.ChanExit, protocol.ServiceLogsEnd{Offset: end})
+	_ = cw.WriteJSONFrame(protocol.ChanExit, protocol.ServiceLogsEnd{Offset: end, Overrun: overrun})
 }

@@ -87,7 +87,9 @@ func newServiceStartCmd(c *cli) *cobra.Command {
 	f.StringVar(&spec.Cwd, "cwd", "", "working directory, relative to the workspace root")
 	f.StringVar(&spec.Restart, "restart", "", "restart policy: never (default) or on-failure")
 	f.IntVar(&spec.MaxRestarts, "max-restarts", 0, "with --restart on-failure, restart at most this many times (default 3)")
-	f.StringVar(&spec.StopPolicy, "stop", "", "stop policy: manual (default), on-run-finish or idle:DUR")
+	f.StringVar(&spec.StopPolicy, "stop", "", "stop policy: manual (default), on-run-finish (with --run, or the newest running run) or idle:DUR (no connection and no log output for DUR)")
+	f.StringVar(&spec.Run, "run", "", "the run whose end stops the service (implies --stop on-run-finish)")
+	f.IntVar(&spec.LogBytes, "log-bytes", 0, "size of the service's log ring in bytes (default 1 MiB); older bytes are dropped")
 	f.BoolVar(&asJSON, "json", false, "print the service as JSON")
 	return cmd
 }
@@ -164,10 +166,18 @@ func newServiceLogsCmd(c *cli) *cobra.Command {
 			lastProgress := time.Now()
 			for {
 				res, err := cl.ServiceLogs(ctx, args[0], args[1], offset, follow, c.stdout)
+				if res.Start > offset {
+					// Said on stderr, so stdout stays the log's own bytes.
+					fmt.Fprintf(c.stderr, "tether: log bytes %d-%d of service %s were overwritten in the runner's log ring before they were read; resuming at %d\n",
+						offset, res.Start, args[1], res.Start)
+				}
 				if res.End != offset {
 					lastProgress = time.Now()
 				}
 				offset = res.End
+				if err == nil && res.Overrun {
+					continue
+				}
 				if err == nil || !follow || ctx.Err() != nil || protocol.CodeOf(err) != protocol.CodeUnavailable {
 					return err
 				}

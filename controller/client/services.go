@@ -11,10 +11,11 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
-// Service logs headers (see controller.HeaderLogOffset and controller.HeaderLogEnd).
+// Service logs headers (see controller.HeaderLogOffset, HeaderLogEnd and HeaderLogOverrun).
 const (
-	headerLogOffset = "X-Tether-Log-Offset"
-	headerLogEnd    = "X-Tether-Log-End"
+	headerLogOffset  = "X-Tether-Log-Offset"
+	headerLogEnd     = "X-Tether-Log-End"
+	headerLogOverrun = "X-Tether-Log-Overrun"
 )
 
 func servicesPath(workspace string) string {
@@ -61,6 +62,10 @@ type LogsResult struct {
 	// Complete is set when the stream ended as the controller meant it to (the end trailer
 	// arrived); otherwise it was cut off and End is the offset to resume from.
 	Complete bool
+	// Overrun: the read ended early because the bytes after End were overwritten in the
+	// runner's log ring before they were sent. Read again from End; that read's Start says
+	// where the log resumes (Start > the offset asked for means bytes were lost).
+	Overrun bool
 }
 
 // ServiceLogs copies a service's log from offset into w (following new bytes with follow). On
@@ -106,6 +111,7 @@ func (c *Client) ServiceLogs(ctx context.Context, workspace, name string, offset
 			res.End, res.Complete = n, true
 		}
 	}
+	res.Overrun = resp.Trailer.Get(headerLogOverrun) == "true"
 	if !res.Complete {
 		return res, protocol.Errorf(protocol.CodeUnavailable, "log stream of service %s ended without its end offset at %d", name, res.End)
 	}

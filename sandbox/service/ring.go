@@ -2,8 +2,14 @@ package service
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
+
+// ErrOverrun ends a Follow whose reader fell more than a whole ring behind: the bytes it had not
+// read yet were overwritten. The reader learns where the log resumes from its next read, so a
+// gap is always said, never silently skipped.
+var ErrOverrun = errors.New("the log ring overwrote bytes before they were read")
 
 // Ring is a bounded log with absolute byte offsets: offset 0 is the first byte ever written, and
 // the ring keeps the last size bytes. Readers that remember an offset resume exactly there, or at
@@ -89,7 +95,8 @@ func (r *Ring) Read(off int64, limit int) (p []byte, from int64, wait <-chan str
 // Follow delivers the log from off in order: start is called once with the offset the bytes
 // really start at, then fn with consecutive chunks. Without follow it stops at the end present
 // now; with follow it waits for more until the ring is closed and drained or ctx ends. It returns
-// the offset one past the last byte delivered.
+// the offset one past the last byte delivered, and ErrOverrun when the next bytes to deliver
+// were already overwritten.
 func (r *Ring) Follow(ctx context.Context, off int64, follow bool, start func(from int64) error, fn func(p []byte) error) (int64, error) {
 	const chunk = 256 << 10
 	p, from, wait, closed := r.Read(off, chunk)
@@ -101,8 +108,7 @@ func (r *Ring) Follow(ctx context.Context, off int64, follow bool, start func(fr
 	for {
 		if len(p) > 0 {
 			if from > next {
-				// The ring overran a slow reader: say where the bytes resume by skipping ahead.
-				next = from
+				return next, ErrOverrun
 			}
 			if err := fn(p); err != nil {
 				return next, err

@@ -196,14 +196,17 @@ func normalize(spec *protocol.ServiceSpec) error {
 	if spec.Restart == "on-failure" && spec.MaxRestarts <= 0 {
 		spec.MaxRestarts = DefaultMaxRestarts
 	}
-	// on-run-finish and idle:DUR are accepted but, for now, behave as manual.
 	switch {
 	case spec.StopPolicy == "":
-		spec.StopPolicy = "manual"
-	case spec.StopPolicy == "manual", spec.StopPolicy == "on-run-finish":
-	case strings.HasPrefix(spec.StopPolicy, "idle:"):
-		if d, err := time.ParseDuration(strings.TrimPrefix(spec.StopPolicy, "idle:")); err != nil || d <= 0 {
-			return bad("stop policy %q: want idle:DURATION", spec.StopPolicy)
+		spec.StopPolicy = StopManual
+	case spec.StopPolicy == StopManual:
+	case spec.StopPolicy == StopOnRunFinish:
+		if spec.Run == "" {
+			return bad("stop policy on-run-finish needs the run it belongs to")
+		}
+	case strings.HasPrefix(spec.StopPolicy, idlePrefix):
+		if _, ok := idleFor(spec.StopPolicy); !ok {
+			return bad("stop policy %q: want idle:DURATION, e.g. idle:10m", spec.StopPolicy)
 		}
 	default:
 		return bad("stop policy %q: want manual, on-run-finish or idle:DURATION", spec.StopPolicy)

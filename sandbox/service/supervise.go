@@ -32,6 +32,7 @@ type Service struct {
 	stopOnce    sync.Once
 	stopReq     chan struct{} // closed when a stop is asked for
 	grace       time.Duration
+	stopReason  string        // why the stop was asked for: on request, idle, the run finished
 	readyOrDone chan struct{} // closed when first ready, or when the service ended
 	readyOnce   sync.Once
 	done        chan struct{} // closed when the state is final (stopped or failed)
@@ -80,19 +81,29 @@ func (s *Service) update(f func(st *protocol.ServiceStatus)) {
 // Stop asks the supervisor to stop the service and waits until it has (ctx only bounds the
 // waiting). A service that already ended answers with its final status.
 func (s *Service) Stop(ctx context.Context, grace time.Duration) (protocol.ServiceStatus, error) {
+	return s.stopFor(ctx, grace, "stopped on request")
+}
+
+// requestStop asks the supervisor for a stop without waiting for it; the first reason asked for
+// is the one reported.
+func (s *Service) requestStop(grace time.Duration, reason string) {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.grace, s.stopReason = grace, reason
+		s.mu.Unlock()
+		close(s.stopReq)
+	})
+}
+
+func (s *Service) stopFor(ctx context.Context, grace time.Duration, reason string) (protocol.ServiceStatus, error) {
 	if s.final() {
 		// Already over: its group is gone; nothing to stop.
 		return s.Status(), nil
 	}
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.grace = grace
-		s.mu.Unlock()
-		close(s.stopReq)
-	})
+	s.requestStop(grace, reason)
 	select {
 	case <-s.done:
 	case <-ctx.Done():
@@ -148,11 +159,14 @@ func (s *Service) supervise() {
 				st.State, st.ReadyAt, st.Reason = protocol.ServiceReady, time.Now(), ""
 			})
 			s.readyOnce.Do(func() { close(s.readyOrDone) })
+			idleDone := s.watchIdle(proc)
 			select {
 			case <-s.stopReq:
+				idleDone()
 				s.stop(proc)
 				return
 			case <-proc.Done():
+				idleDone()
 			}
 		case readyExited:
 		}
@@ -186,7 +200,7 @@ func (s *Service) supervise() {
 		select {
 		case <-time.After(restartDelay):
 		case <-s.stopReq:
-			s.finish(protocol.ServiceStopped, "stopped on request", false)
+			s.finish(protocol.ServiceStopped, s.reasonForStop(), false)
 			return
 		}
 	}
@@ -319,7 +333,13 @@ func (s *Service) stop(proc *process.Process) {
 		s.finish(protocol.ServiceFailed, "stop: "+err.Error(), false)
 		return
 	}
-	s.finish(protocol.ServiceStopped, "stopped on request", false)
+	s.finish(protocol.ServiceStopped, s.reasonForStop(), false)
+}
+
+func (s *Service) reasonForStop() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopReason
 }
 
 // killGroup SIGKILLs the process group and waits until it is gone.
