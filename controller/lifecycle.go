@@ -107,6 +107,14 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if !ws.Connected {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
 	}
+	if ws.Git != nil {
+		// Teardown runs before the capture (and while the workspace is still ready, so the
+		// check below sees the live tree): the receipt holds what teardown left.
+		s.teardown(ctx, ws)
+		if chk, err = s.closeCheck(ctx, ws); err != nil {
+			return api.CloseResult{}, err
+		}
+	}
 	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateClosing, "", "close"); err != nil {
 		return api.CloseResult{}, err
 	}
@@ -187,6 +195,17 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if err != nil {
 		return ws, err
 	}
+	// A gc sweep reclaiming the workspace's old receipts finishes first: the reopen waits.
+	for ws.State == api.StateReclaiming {
+		select {
+		case <-ctx.Done():
+			return ws, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if ws, err = s.workspace(ctx, ws.ID); err != nil {
+			return ws, err
+		}
+	}
 	if ws.State != api.StateClosed {
 		return ws, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s; only a closed workspace reopens", ws.ID, ws.State)
 	}
@@ -201,7 +220,9 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if err != nil {
 		return ws, err
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReopening, "", "reopen on provider "+req.Provider); err != nil {
+	// Atomic: a concurrent gc sweep or another reopen either sees reopening or has already
+	// moved the workspace, and this reopen is refused (or waits, above).
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReopening, "", "reopen on provider "+req.Provider); err != nil {
 		return ws, err
 	}
 	now := time.Now().UTC()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/tetherhq/tether/controller/blob"
+	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
@@ -49,8 +51,15 @@ type Config struct {
 	// SweepGrace is how old an object without a receipt must be before the startup sweep
 	// removes it (another controller may be about to write its receipt).
 	SweepGrace time.Duration
-	Logger     *slog.Logger
-	Version    string
+	// GitBinary is the git the controller runs for base clones (default "git" on PATH).
+	GitBinary string
+	// GCInterval runs a gc sweep that often with GCGrace (0: no periodic sweep).
+	GCInterval time.Duration
+	GCGrace    time.Duration
+	// Now is the clock gc measures grace with (default time.Now).
+	Now     func() time.Time
+	Logger  *slog.Logger
+	Version string
 }
 
 // Server is a running controller.
@@ -65,6 +74,11 @@ type Server struct {
 	blobs         blob.Store
 	identity      *age.X25519Identity
 	encrypt       bool
+	projectLocks  projectLocks
+	gcMu          sync.Mutex
+	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
+	// sweep there, as a crash would.
+	gcStep func(step string) error
 
 	bg     sync.WaitGroup // provisioning that outlives the request that started it
 	ctx    context.Context
@@ -84,6 +98,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.DefaultProvider == "" {
 		cfg.DefaultProvider = "local"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -128,6 +145,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.sweepBlobs(ctx); err != nil {
 		s.log.Warn("blob sweep", "err", err)
 	}
+	// A base clone removal a crash interrupted is finished here, before any request runs.
+	if err := gitsource.RemoveLeftovers(filepath.Join(cfg.DataDir, "projects")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("project leftovers", "err", err)
+	}
 	return s, nil
 }
 
@@ -155,6 +176,12 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("POST /v1/workspaces/{id}/export", s.handleExport)
 	op.HandleFunc("POST /v1/workspaces/{id}/reopen", s.handleReopen)
 	op.HandleFunc("GET /v1/workspaces/{id}/events", s.handleEvents)
+	op.HandleFunc("GET /v1/workspaces/{id}/inspect", s.handleInspect)
+	op.HandleFunc("POST /v1/workspaces/{id}/reconcile", s.handleReconcile)
+	op.HandleFunc("POST /v1/projects", s.handleCreateProject)
+	op.HandleFunc("GET /v1/projects", s.handleListProjects)
+	op.HandleFunc("GET /v1/projects/{id}", s.handleGetProject)
+	op.HandleFunc("POST /v1/gc", s.handleGC)
 	op.HandleFunc("GET /v1/runs/{id}", s.handleRunShow)
 	op.HandleFunc("POST /v1/workspaces/{id}/lease", s.handleLeaseAcquire)
 	op.HandleFunc("PUT /v1/workspaces/{id}/lease", s.handleLeaseRenew)
@@ -200,6 +227,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir)
+	if s.cfg.GCInterval > 0 {
+		s.bg.Add(1)
+		go s.gcLoop(s.cfg.GCInterval, s.cfg.GCGrace)
+	}
 	var err error
 	select {
 	case <-ctx.Done():

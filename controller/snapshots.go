@@ -217,7 +217,7 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 	if err != nil {
 		return api.RestoreResult{}, err
 	}
-	ws, err := s.CreateWorkspace(ctx, api.CreateWorkspaceRequest(req))
+	ws, err := s.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider, Options: req.Options})
 	if err != nil {
 		return api.RestoreResult{}, err
 	}

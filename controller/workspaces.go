@@ -19,7 +19,7 @@ import (
 var workspaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 // idPrefixes start the ids of each kind of record.
-var idPrefixes = []string{"ws_", "al_", "run_", "snap_", "art_"}
+var idPrefixes = []string{"ws_", "al_", "run_", "snap_", "art_", "prj_"}
 
 func newID(prefix string) string {
 	b := make([]byte, 8)
@@ -52,16 +52,27 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	if req.Name == "" {
 		req.Name = id
 	}
-	if !workspaceName.MatchString(req.Name) {
-		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument,
-			"invalid workspace name %q: use letters, digits, '.', '_' and '-', at most 63", req.Name)
+	if err := checkName("workspace", req.Name, id); err != nil {
+		return api.Workspace{}, err
 	}
-	// Ids carry a kind prefix; a name may not look like one, so an id of one kind is never
-	// taken for a name (or an id) of another.
-	for _, p := range idPrefixes {
-		if req.Name != id && strings.HasPrefix(req.Name, p) {
-			return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "workspace name %q starts with %q, which is reserved for ids", req.Name, p)
+	var proj api.Project
+	var git *api.WorkspaceGit
+	if req.Project != "" {
+		var reused *api.Workspace
+		var unlock func()
+		var err error
+		proj, git, reused, unlock, err = s.planCheckout(ctx, req)
+		if err != nil {
+			return api.Workspace{}, err
 		}
+		if reused != nil {
+			return *reused, nil
+		}
+		// A shared branch's workspace is recorded under its branch's lock, so two requests
+		// never both create one.
+		defer unlock()
+	} else if req.Mode != "" || req.Branch != "" || len(req.Provision) > 0 || len(req.Teardown) > 0 {
+		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "--mode, --branch, --provision and --teardown need --project")
 	}
 	prov, err := s.providerFor(ctx, req.Provider)
 	if err != nil {
@@ -69,7 +80,8 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	}
 	now := time.Now().UTC()
 	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateProvisioning,
-		AllocationID: newID("al_"), CreatedAt: now, UpdatedAt: now}
+		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now}
+
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
 		State: store.AllocStarting, BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
@@ -86,6 +98,16 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 			_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "provisioning failed")
 			return
 		}
+		if git != nil {
+			if err := s.prepareCheckout(s.ctx, ws, proj); err != nil {
+				s.log.Warn("workspace checkout or provision failed", "workspace", ws.ID, "reason", err)
+				_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "checkout or provision failed")
+				if rerr := s.releaseAllocation(context.WithoutCancel(s.ctx), ws); rerr != nil {
+					s.log.Warn("release failed workspace", "workspace", ws.ID, "err", rerr)
+				}
+				return
+			}
+		}
 		if err := s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateReady, "", "runner connected and answered a probe"); err != nil {
 			s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
 		}
@@ -96,6 +118,22 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 		return api.Workspace{}, ctx.Err()
 	}
 	return s.workspace(context.WithoutCancel(ctx), ws.ID)
+}
+
+// checkName refuses names a record of kind may not take: outside the name pattern, or starting
+// like an id (ids carry a kind prefix, so an id of one kind is never taken for a name or an id
+// of another).
+func checkName(kind, name, id string) error {
+	if !workspaceName.MatchString(name) {
+		return protocol.Errorf(protocol.CodeInvalidArgument,
+			"invalid %s name %q: use letters, digits, '.', '_' and '-', at most 63", kind, name)
+	}
+	for _, p := range idPrefixes {
+		if name != id && strings.HasPrefix(name, p) {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "%s name %q starts with %q, which is reserved for ids", kind, name, p)
+		}
+	}
+	return nil
 }
 
 // startAllocation has the provider start ws's current allocation and waits until its runner
@@ -149,7 +187,7 @@ func expectKind(value, want string) error {
 	return nil
 }
 
-var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot", "art_": "artifact"}
+var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot", "art_": "artifact", "prj_": "project"}
 
 // workspace loads a workspace (by id or name) with its live connection state.
 func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {
@@ -208,6 +246,9 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 	}
 	if err != nil {
 		return ws, err
+	}
+	if ws.State == api.StateReady {
+		s.teardown(ctx, ws)
 	}
 	// The runner's session is revoked before the sandbox goes, so it cannot reconnect between.
 	if err := s.releaseAllocation(ctx, ws); err != nil {

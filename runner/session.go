@@ -138,6 +138,15 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 	case protocol.OpServiceStop:
 		res, err := r.serviceStop(ctx, h)
 		writeTrailer(st, res, err)
+	case protocol.OpGitCheckout:
+		res, err := r.gitCheckout(ctx, st, h)
+		writeTrailer(st, res, err)
+	case protocol.OpGitInspect:
+		res, err := r.gitInspect(ctx, h)
+		writeTrailer(st, res, err)
+	case protocol.OpGitReconcile:
+		res, err := r.gitReconcile(ctx, st, h)
+		writeTrailer(st, res, err)
 	default:
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))
 	}

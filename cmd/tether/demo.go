@@ -119,6 +119,9 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	if err := demoService(ctx, c, cl, demoCLI, step, ws); err != nil {
 		return err
 	}
+	if err := demoProject(ctx, c, cl, demoCLI, step, repo, prov); err != nil {
+		return err
+	}
 
 	step("tether run ls %s", ws.Name)
 	if err := demoCLI("run", "ls", ws.ID); err != nil {

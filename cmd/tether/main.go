@@ -89,6 +89,8 @@ func newRootCmd(c *cli) *cobra.Command {
 		newLeaseCmd(c),
 		newFilesCmd(c),
 		newProviderCmd(c),
+		newProjectCmd(c),
+		newGCCmd(c),
 		newDemoCmd(c),
 	)
 	return root

@@ -16,7 +16,7 @@ import (
 type serveFlags struct {
 	listen, advertise, pluginDir, runnerBin, provider string
 	blobs, snapshotKey, encrypt, store                string
-	readyTimeout, sweepGrace                          time.Duration
+	readyTimeout, sweepGrace, gcInterval, gcGrace     time.Duration
 	maxFileSize                                       int64
 	providerConfig                                    []string
 }
@@ -57,6 +57,8 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.snapshotKey, "snapshot-key", "", "age identity snapshots are encrypted to (default DATA/snapshot.key, generated)")
 	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
+	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
+	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd
@@ -80,7 +82,7 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
-		MaxFileSize: f.maxFileSize,
+		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace,
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 func newWorkspaceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, list, show and remove workspaces"}
 	cmd.AddCommand(newWorkspaceCreateCmd(c), newWorkspaceLsCmd(c), newWorkspaceShowCmd(c), newWorkspaceRmCmd(c),
-		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c))
+		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c),
+		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c))
 	return cmd
 }
 
@@ -36,6 +38,9 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if source != "" && req.Project != "" {
+				return usageError{fmt.Errorf("--source and --project exclude each other: a project workspace is a checkout of the project's source")}
+			}
 			if source != "" {
 				if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
 					return protocol.Errorf(protocol.CodeInvalidArgument, "--source %s is not a directory", source)
@@ -52,7 +57,11 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				if asJSON {
 					_ = c.printJSON(ws)
 				}
-				return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s failed: %s", ws.ID, ws.Reason)
+				code := protocol.CodeProviderFailed
+				if ws.Git != nil && !strings.HasPrefix(ws.Reason, "provider ") && !strings.HasPrefix(ws.Reason, "runner ") {
+					code = protocol.CodeFailed // the checkout or a provision command failed
+				}
+				return protocol.Errorf(code, "workspace %s failed: %s", ws.ID, ws.Reason)
 			}
 			if source != "" {
 				if err := importSource(cmd.Context(), cl, ws.ID, source); err != nil {
@@ -73,6 +82,11 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringArrayVar(&provOpts, "provider-opt", nil, "provider option K=V for this workspace's sandbox, repeatable (see tether provider ls)")
 	cmd.Flags().StringVar(&req.Name, "name", "", "workspace name (default: its id)")
 	cmd.Flags().StringVar(&source, "source", "", "directory to copy into the workspace (a Git checkout included)")
+	cmd.Flags().StringVar(&req.Project, "project", "", "make a Git workspace of this project (see tether project)")
+	cmd.Flags().StringVar(&req.Mode, "mode", "", "with --project: isolated, shared or operator-branch (default: the project's)")
+	cmd.Flags().StringVar(&req.Branch, "branch", "", "with --project: the branch (default tether/NAME when isolated, tether/shared when shared)")
+	cmd.Flags().StringArrayVar(&req.Provision, "provision", nil, "with --project: a shell command run inside the allocation after the project's; repeatable")
+	cmd.Flags().StringArrayVar(&req.Teardown, "teardown", nil, "with --project: a shell command run before release after the project's; repeatable")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }
@@ -160,11 +174,11 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				return c.printJSON(w)
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range [][2]string{
+			for _, row := range append([][2]string{
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			} {
+			}, gitRows(w)...) {
 				if row[1] != "" {
 					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 				}
@@ -219,4 +233,17 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// gitRows describe a project workspace's checkout, as recorded (no Git is run to show them).
+func gitRows(w api.Workspace) [][2]string {
+	if w.Git == nil {
+		return nil
+	}
+	rows := [][2]string{{"Project", w.Git.ProjectID}, {"Mode", w.Git.Mode}, {"Checkout", w.Git.Strategy},
+		{"Branch", w.Git.Branch}, {"Base", w.Git.BaseRef + " at " + shortID(w.Git.BaseCommit)}}
+	if w.ReclaimedAt != nil {
+		rows = append(rows, [2]string{"Reclaimed", w.ReclaimedAt.Local().Format(time.RFC3339)})
+	}
+	return rows
 }

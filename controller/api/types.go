@@ -17,27 +17,41 @@ const (
 	StateClosed       = "closed"
 	StateReopening    = "reopening"
 	StateDeleted      = "deleted"
+	// StateReclaiming: a closed workspace whose superseded storage a gc sweep is removing. A
+	// sweep interrupted here is finished by the next one; a reopen waits for it.
+	StateReclaiming = "reclaiming"
 )
 
 // Workspace is a durable unit of work.
 type Workspace struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	Provider     string    `json:"provider"`
-	State        string    `json:"state"`
-	Reason       string    `json:"reason,omitempty"` // why it failed
-	AllocationID string    `json:"allocation_id"`
-	Root         string    `json:"root,omitempty"` // workspace root inside the sandbox
-	Connected    bool      `json:"connected"`      // the runner is connected right now
-	Epoch        uint64    `json:"epoch"`          // the writer epoch: grows with every lease and reopen
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Provider     string `json:"provider"`
+	State        string `json:"state"`
+	Reason       string `json:"reason,omitempty"` // why it failed
+	AllocationID string `json:"allocation_id"`
+	Root         string `json:"root,omitempty"` // workspace root inside the sandbox
+	Connected    bool   `json:"connected"`      // the runner is connected right now
+	Epoch        uint64 `json:"epoch"`          // the writer epoch: grows with every lease and reopen
+	// Git is set for a project workspace: its project, mode, branch and base.
+	Git *WorkspaceGit `json:"git,omitempty"`
+	// ReclaimedAt is when a gc sweep last reclaimed the closed workspace's superseded storage.
+	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
 }
 
 // CreateWorkspaceRequest is the body of POST /v1/workspaces.
 type CreateWorkspaceRequest struct {
 	Name     string `json:"name,omitempty"`
 	Provider string `json:"provider,omitempty"`
+	// Project makes a Git workspace of that project (id or name); Mode overrides the project's
+	// mode, Branch names the branch; Provision and Teardown add to the project's commands.
+	Project   string   `json:"project,omitempty"`
+	Mode      string   `json:"mode,omitempty"`
+	Branch    string   `json:"branch,omitempty"`
+	Provision []string `json:"provision,omitempty"`
+	Teardown  []string `json:"teardown,omitempty"`
 	// Options are passed to the provider for this workspace's sandbox (see `tether provider ls`).
 	Options map[string]string `json:"options,omitempty"`
 }
@@ -64,6 +78,11 @@ type Run struct {
 	Error        string     `json:"error,omitempty"`
 	StartedAt    time.Time  `json:"started_at"`
 	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+	// Kind is "provision" or "teardown" for a project's commands the controller ran; "" for a
+	// dispatched command.
+	Kind string `json:"kind,omitempty"`
+	// Output is the tail (at most 64 KiB) of stdout and stderr, kept for provision and teardown.
+	Output string `json:"output,omitempty"`
 }
 
 // Lease is the single right to mutate a workspace. Its epoch is the fencing token every
@@ -115,6 +134,9 @@ type Snapshot struct {
 	Git         json.RawMessage          `json:"git,omitempty"`
 	Summary     protocol.SnapshotSummary `json:"manifest"`
 	CreatedAt   time.Time                `json:"created_at"`
+	// ReclaimedAt: a gc sweep deleted the object of this superseded receipt (a newer receipt of
+	// the same workspace holds its work); the record stays as history.
+	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`
 }
 
 // RestoreRequest is the body of POST /v1/snapshots/{id}/restore.

@@ -98,5 +98,28 @@ type Store interface {
 	// ListServices lists a workspace's service records by name.
 	ListServices(ctx context.Context, workspaceID string) ([]api.Service, error)
 
+	// CreateProject records a project (CodeExists when its name is taken).
+	CreateProject(ctx context.Context, p api.Project) error
+	// GetProject finds a project by id or name.
+	GetProject(ctx context.Context, idOrName string) (api.Project, error)
+	// ListProjects lists projects oldest first.
+	ListProjects(ctx context.Context) ([]api.Project, error)
+	// ProjectWorkspaces lists a project's workspaces (not deleted ones), oldest first.
+	ProjectWorkspaces(ctx context.Context, projectID string) ([]api.Workspace, error)
+	// OpenWorkspaceFor finds the project's newest workspace on branch that is not deleted or
+	// failed (ok false when there is none).
+	OpenWorkspaceFor(ctx context.Context, projectID, branch string) (w api.Workspace, ok bool, err error)
+
+	// TransitionWorkspace moves a workspace to state only if its state is one of from, atomically
+	// (CodeConflict naming the current state otherwise), and records the transition.
+	TransitionWorkspace(ctx context.Context, id string, from []string, to, reason, cause string) error
+	// SetWorkspaceReclaimed records when a sweep reclaimed the workspace.
+	SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error
+	// ReclaimSnapshot marks a receipt's object reclaimed (kept as history; SnapshotObjectKeys no
+	// longer lists its key). Marking an already reclaimed receipt keeps the first time.
+	ReclaimSnapshot(ctx context.Context, id string, at time.Time) error
+	// SetRunOutput keeps a run's kind and output tail.
+	SetRunOutput(ctx context.Context, id, kind, output string) error
+
 	Close() error
 }

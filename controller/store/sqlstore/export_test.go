@@ -35,3 +35,18 @@ func Exec(ctx context.Context, s *DB, q string, args ...any) (sql.Result, error)
 func QueryRow(ctx context.Context, s *DB, q string, args ...any) *sql.Row {
 	return s.db.QueryRowContext(ctx, s.d.q(q), args...)
 }
+
+// UseMigrations makes stores opened from now on apply only the first n migrations (as an older
+// build would), until restore is called. Tests of this package do not run in parallel.
+func UseMigrations(n int) (restore func()) {
+	all := migrations
+	ms, err := ordered()
+	if err != nil {
+		panic(err)
+	}
+	migrations = ms[:n]
+	return func() { migrations = all }
+}
+
+// ProjectNameConstraint is the unique constraint CreateProject recognizes on PostgreSQL.
+const ProjectNameConstraint = projectNameConstraint

@@ -38,6 +38,9 @@ func TestPostgresColumnTypes(t *testing.T) {
 		{"snapshots", "bytes", "bigint"},
 		{"snapshots", "epoch", "bigint"},
 		{"snapshots", "encrypted", "boolean"},
+		{"snapshots", "reclaimed_at", "timestamp with time zone"},
+		{"workspaces", "reclaimed_at", "timestamp with time zone"},
+		{"projects", "created_at", "timestamp with time zone"},
 	} {
 		var got string
 		err := sqlstore.QueryRow(ctx, db, `SELECT data_type FROM information_schema.columns
@@ -45,6 +48,24 @@ func TestPostgresColumnTypes(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s.%s is %q (%v); want %s", c.table, c.column, got, err, c.want)
 		}
+	}
+}
+
+// TestPostgresProjectNameConstraint: the unique constraint on projects.name has the name
+// CreateProject maps to exists (a create racing past the name check hits it).
+func TestPostgresProjectNameConstraint(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlstore.OpenPostgres(ctx, freshPostgres(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var got string
+	err = sqlstore.QueryRow(ctx, db, `SELECT c.conname FROM pg_constraint c JOIN pg_attribute a
+		ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+		WHERE c.conrelid = 'projects'::regclass AND c.contype = 'u' AND a.attname = 'name'`).Scan(&got)
+	if err != nil || got != sqlstore.ProjectNameConstraint {
+		t.Fatalf("unique constraint on projects.name is %q (%v); want %q", got, err, sqlstore.ProjectNameConstraint)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 )
@@ -25,25 +26,26 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey,
-		snap.Bytes, snap.SHA256, snap.Encrypted, string(summary), snap.CreatedAt.UTC())
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
+		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt))
 	if err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
 	}
 	return nil
 }
 
-const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at`
+const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 	var snap api.Snapshot
 	var summary string
+	var reclaimed sql.NullTime
 	if err := row.Scan(&snap.ID, &snap.WorkspaceID, &snap.Epoch, &snap.Parent, &snap.ObjectKey, &snap.Bytes,
-		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt); err != nil {
+		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt, &reclaimed); err != nil {
 		return snap, err
 	}
-	snap.CreatedAt = snap.CreatedAt.UTC()
+	snap.CreatedAt, snap.ReclaimedAt = snap.CreatedAt.UTC(), timePtr(reclaimed)
 	if err := json.Unmarshal([]byte(summary), &snap.Summary); err != nil {
 		return snap, fmt.Errorf("snapshot %s summary: %w", snap.ID, err)
 	}
@@ -63,8 +65,10 @@ func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snaps
 	return queryAll(ctx, s, scanSnapshot, `SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`, workspaceID)
 }
 
+// SnapshotObjectKeys lists the object keys of the receipts not reclaimed. A key is listed while
+// any receipt naming it is live, whatever other receipts of it were reclaimed.
 func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT object_key FROM snapshots`)
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT object_key FROM snapshots WHERE reclaimed_at IS NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -78,4 +82,19 @@ func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {
 		keys[k] = true
 	}
 	return keys, rows.Err()
+}
+
+// ReclaimSnapshot marks the receipt's object reclaimed at at; a receipt already marked keeps its
+// first time.
+func (s *DB) ReclaimSnapshot(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE snapshots SET reclaimed_at = ? WHERE id = ? AND reclaimed_at IS NULL`), at.UTC(), id)
+	if err != nil {
+		return fmt.Errorf("reclaim snapshot: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	// Nothing changed: already reclaimed (fine) or no such receipt.
+	_, err = s.GetSnapshot(ctx, id)
+	return err
 }

@@ -83,8 +83,13 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	if n > 0 {
 		return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
 	}
-	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
+	projectID, git, branch, err := workspaceGit(w.Git)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, projectID, git, branch,
+		w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
 		if s.d.uniqueConstraint(err) == "workspaces_live_name" { // a concurrent create took the name since the count
 			return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
 		}
@@ -100,18 +105,36 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	return tx.Commit()
 }
 
-const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch, w.created_at, w.updated_at`
+// workspaceCols are the columns scanWorkspace reads, from workspaces w joined with its current
+// allocation a.
+const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch,
+	w.git, w.reclaimed_at, w.created_at, w.updated_at`
+
+// workspaceFrom is the FROM clause every workspaceCols query uses.
+const workspaceFrom = ` FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id `
 
 func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace
-	err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch, &w.CreatedAt, &w.UpdatedAt)
+	var git string
+	var reclaimed sql.NullTime
+	if err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch,
+		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt); err != nil {
+		return w, err
+	}
 	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
-	return w, err
+	w.ReclaimedAt = timePtr(reclaimed)
+	if git != "" {
+		w.Git = new(api.WorkspaceGit)
+		if err := json.Unmarshal([]byte(git), w.Git); err != nil {
+			return w, fmt.Errorf("workspace %s git: %w", w.ID, err)
+		}
+	}
+	return w, nil
 }
 
 func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+workspaceCols+`
-		FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id WHERE w.id = ? OR (w.name = ? AND w.state <> 'deleted')
+	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+workspaceCols+workspaceFrom+`
+		WHERE w.id = ? OR (w.name = ? AND w.state <> 'deleted')
 		ORDER BY w.id = ? DESC LIMIT 1`), id, id, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, notFound("workspace", id)
@@ -120,8 +143,7 @@ func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 }
 
 func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error) {
-	return queryAll(ctx, s, scanWorkspace, `SELECT `+workspaceCols+`
-		FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id
+	return queryAll(ctx, s, scanWorkspace, `SELECT `+workspaceCols+workspaceFrom+`
 		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`, all)
 }
 
@@ -260,8 +282,9 @@ func (s *DB) CreateRun(ctx context.Context, r api.Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, epoch, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, int64(r.Epoch), r.StartedAt.UTC())
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, epoch, kind, output, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, int64(r.Epoch), r.Kind, storableText(r.Output), r.StartedAt.UTC())
 	return err
 }
 
@@ -271,14 +294,15 @@ func (s *DB) FinishRun(ctx context.Context, id, state string, exitCode *int, sig
 	return affected(res, err, "run", id)
 }
 
-const runCols = `id, workspace_id, allocation_id, argv, cwd, state, epoch, exit_code, signal, error, started_at, finished_at`
+const runCols = `id, workspace_id, allocation_id, argv, cwd, state, epoch, exit_code, signal, error, started_at, finished_at, kind, output`
 
 func scanRun(row interface{ Scan(...any) error }) (api.Run, error) {
 	var r api.Run
 	var argv string
 	var exit sql.NullInt64
 	var finished sql.NullTime
-	if err := row.Scan(&r.ID, &r.WorkspaceID, &r.AllocationID, &argv, &r.Cwd, &r.State, &r.Epoch, &exit, &r.Signal, &r.Error, &r.StartedAt, &finished); err != nil {
+	if err := row.Scan(&r.ID, &r.WorkspaceID, &r.AllocationID, &argv, &r.Cwd, &r.State, &r.Epoch, &exit, &r.Signal, &r.Error, &r.StartedAt, &finished,
+		&r.Kind, &r.Output); err != nil {
 		return r, err
 	}
 	r.StartedAt = r.StartedAt.UTC()

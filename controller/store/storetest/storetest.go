@@ -1,5 +1,5 @@
-// Package storetest is the test suite every store.Store driver must pass (SQLite today,
-// PostgreSQL next). A driver's test calls Run with a function opening an empty store.
+// Package storetest is the test suite every store.Store driver must pass (SQLite and
+// PostgreSQL). A driver's test calls Run with a function opening an empty store.
 package storetest
 
 import (
@@ -37,6 +37,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventsAndAllocations", testEventsAndAllocations},
 		{"Artifacts", testArtifacts},
 		{"Services", testServices},
+		{"Projects", testProjects},
+		{"ProjectWorkspaces", testProjectWorkspaces},
+		{"TransitionWorkspace", testTransitionWorkspace},
+		{"TransitionRace", testTransitionRace},
+		{"WorkspaceReclaimed", testWorkspaceReclaimed},
+		{"ReclaimSnapshot", testReclaimSnapshot},
+		{"RunOutput", testRunOutput},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

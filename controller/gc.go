@@ -1,0 +1,290 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/gitsource"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// What a gc sweep reclaims of a closed workspace is storage its work no longer needs: the
+// objects of superseded receipts (every receipt holds the whole tree, so the newest one holds
+// the work), the worktree registration in its project's base clone, and a base clone no open
+// workspace uses any more. The newest receipt is never reclaimed: reopen restores from it.
+
+func (s *Server) handleGC(w http.ResponseWriter, r *http.Request) {
+	var req api.GCRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if req.Grace < 0 {
+		writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "grace must not be negative"))
+		return
+	}
+	res, err := s.GC(r.Context(), time.Duration(req.Grace), req.DryRun)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// GC sweeps closed workspaces older than grace: it lists each with whether its work is
+// reconstructable (delivered by ancestry, or held by a verified receipt) and what reclaiming
+// would free, and unless dryRun reclaims those that may be. One sweep runs at a time; a reclaim
+// an earlier sweep left half done (a crash) is finished first.
+func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.GCResult, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	res := api.GCResult{DryRun: dryRun, Candidates: []api.GCCandidate{}}
+	list, err := s.store.ListWorkspaces(ctx, false)
+	if err != nil {
+		return res, err
+	}
+	now := s.cfg.Now()
+	projects := map[string]bool{}
+	swept := map[string]bool{} // closed past the grace when the sweep began
+
+	for _, ws := range list {
+		if ws.Git != nil {
+			projects[ws.Git.ProjectID] = true
+		}
+		if ws.State == api.StateReclaiming && !dryRun {
+			// A sweep stopped here: the workspace's newest receipt was already checked.
+			n, err := s.reclaim(ctx, ws)
+			if err != nil {
+				return res, fmt.Errorf("finish the reclaim of %s: %w", ws.ID, err)
+			}
+			res.Bytes += n
+			res.Candidates = append(res.Candidates, api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name, Reclaimable: true,
+				Why: "finished a reclaim an earlier sweep left", Bytes: n, Reclaimed: true})
+			continue
+		}
+		if ws.State != api.StateClosed || now.Sub(ws.UpdatedAt) < grace {
+			continue
+		}
+		swept[ws.ID] = true
+		cand := s.gcCandidate(ctx, ws)
+		if cand.Reclaimable && !dryRun && cand.Bytes > 0 {
+			if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReclaiming, "", "gc: reclaim"); err != nil {
+				if protocol.CodeOf(err) == protocol.CodeConflict {
+					cand.Reclaimable, cand.Why = false, "a reopen got there first"
+					res.Candidates = append(res.Candidates, cand)
+					continue
+				}
+				return res, err
+			}
+			n, err := s.reclaim(ctx, ws)
+			if err != nil {
+				return res, fmt.Errorf("reclaim %s: %w", ws.ID, err)
+			}
+			cand.Bytes, cand.Reclaimed = n, true
+			res.Bytes += n
+		}
+		res.Candidates = append(res.Candidates, cand)
+	}
+	for id := range projects {
+		cand, err := s.gcBaseClone(ctx, id, now.Add(-grace), swept, dryRun)
+		if err != nil {
+			return res, err
+		}
+		if cand != nil {
+			res.Candidates = append(res.Candidates, *cand)
+			if cand.Reclaimed {
+				res.Bytes += cand.Bytes
+			}
+		}
+	}
+	return res, nil
+}
+
+// gcCandidate decides whether a closed workspace may be reclaimed, and what that frees.
+func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandidate {
+	cand := api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name}
+	keep := func(why string) api.GCCandidate { cand.Why = why; return cand }
+	if running, err := s.store.RunningRuns(ctx, ws.AllocationID); err != nil || len(running) > 0 {
+		return keep(fmt.Sprintf("%d run(s) still recorded as running", len(running)))
+	}
+	if _, held, err := s.store.CurrentLease(ctx, ws.ID); err != nil || held {
+		return keep("a writer lease is held")
+	}
+	snaps, err := s.store.ListSnapshots(ctx, ws.ID)
+	if err != nil {
+		return keep("cannot list receipts: " + err.Error())
+	}
+	if len(snaps) == 0 {
+		return keep("no receipt holds its work")
+	}
+	last := snaps[len(snaps)-1]
+	// Closing captured the tree after its last change; a receipt captured under an older epoch
+	// than the one the close ended cannot prove that.
+	if _, err := s.verifySnapshot(ctx, last); err != nil {
+		delivered := ws.Git != nil && s.delivered(ctx, ws)
+		if !delivered {
+			return keep(fmt.Sprintf("its newest receipt %s does not verify (%s) and its work is not delivered", last.ID, protocol.AsError(err).Message))
+		}
+		cand.Why = "delivered by ancestry"
+	} else {
+		// Delivery is not asked here: it would fetch from the source (and clone the base
+		// again after a sweep removed it) to learn nothing the receipt does not already prove.
+		cand.Why = "every byte is in verified receipt " + last.ID
+	}
+	cand.Reclaimable = true
+	for _, snap := range snaps[:len(snaps)-1] {
+		if snap.ReclaimedAt == nil {
+			cand.Bytes += snap.Bytes
+		}
+	}
+	return cand
+}
+
+// delivered says whether the source's base ref contains the workspace's saved HEAD.
+func (s *Server) delivered(ctx context.Context, ws api.Workspace) bool {
+	p, err := s.store.GetProject(ctx, ws.Git.ProjectID)
+	if err != nil {
+		return false
+	}
+	in, err := s.inspect(ctx, ws, p)
+	return err == nil && in.Delivery == api.DeliveredByAncestry
+}
+
+// reclaim removes a reclaiming workspace's superseded storage and returns it to closed. Every
+// step may be repeated: a sweep that stops anywhere is finished by the next one. Receipts are
+// marked before their objects go, so nothing serves a receipt whose object may be gone.
+func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
+	snaps, err := s.store.ListSnapshots(ctx, ws.ID)
+	if err != nil {
+		return 0, err
+	}
+	if len(snaps) == 0 {
+		return 0, s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateReclaiming}, api.StateClosed, "", "gc: nothing to reclaim")
+	}
+	now := s.cfg.Now().UTC()
+	superseded := snaps[:len(snaps)-1]
+	for _, snap := range superseded {
+		if snap.ReclaimedAt == nil {
+			if err := s.store.ReclaimSnapshot(ctx, snap.ID, now); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := s.gcFault("receipts marked"); err != nil {
+		return 0, err
+	}
+	live, err := s.store.SnapshotObjectKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var freed int64
+	for _, snap := range superseded {
+		if live[snap.ObjectKey] {
+			continue // another receipt still holds these bytes
+		}
+		if err := s.blobs.Delete(ctx, snap.ObjectKey); err != nil {
+			return freed, err
+		}
+		if snap.ReclaimedAt == nil {
+			freed += snap.Bytes
+		}
+		if err := s.gcFault("object deleted"); err != nil {
+			return freed, err
+		}
+	}
+	if ws.Git != nil && ws.Git.Strategy == api.StrategyWorktree {
+		if p, err := s.store.GetProject(ctx, ws.Git.ProjectID); err == nil {
+			unlock := s.projectLocks.lock(p.ID)
+			if repo, err := gitsource.Ensure(ctx, s.gitBinary(), p.Source, s.baseClonePath(p.ID)); err == nil {
+				_ = repo.PruneWorktrees(ctx)
+			}
+			unlock()
+		}
+	}
+	if err := s.store.SetWorkspaceReclaimed(ctx, ws.ID, now); err != nil {
+		return freed, err
+	}
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateReclaiming}, api.StateClosed, "",
+		fmt.Sprintf("gc: reclaimed %d bytes of superseded receipts", freed)); err != nil {
+		return freed, err
+	}
+	return freed, nil
+}
+
+func (s *Server) gcFault(step string) error {
+	if s.gcStep == nil {
+		return nil
+	}
+	return s.gcStep(step)
+}
+
+// gcBaseClone removes a project's base clone when every workspace of the project has been
+// closed (or deleted) since before cutoff: no worktree is checked out of it and reopen restores
+// from receipts. The next workspace or inspection clones it again.
+func (s *Server) gcBaseClone(ctx context.Context, projectID string, cutoff time.Time, swept map[string]bool, dryRun bool) (*api.GCCandidate, error) {
+	p, err := s.store.GetProject(ctx, projectID)
+	if err != nil {
+		return nil, nil
+	}
+	unlock := s.projectLocks.lock(p.ID)
+	defer unlock()
+	dir := s.baseClonePath(p.ID)
+	if _, err := (&gitsource.Repo{Dir: dir}).Size(); err != nil {
+		return nil, nil // no base clone on disk
+	}
+	wss, err := s.store.ProjectWorkspaces(ctx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	cand := &api.GCCandidate{WorkspaceID: "", Name: "base clone of project " + p.Name}
+	for _, ws := range wss {
+		switch ws.State {
+		case api.StateClosed, api.StateDeleted, api.StateFailed:
+			if !swept[ws.ID] && ws.UpdatedAt.After(cutoff) {
+				cand.Why = fmt.Sprintf("workspace %s was %s within the grace", ws.Name, ws.State)
+				return cand, nil
+			}
+		default:
+			cand.Why = fmt.Sprintf("still used by workspace %s (%s)", ws.Name, ws.State)
+			return cand, nil
+		}
+	}
+	size, _ := (&gitsource.Repo{Dir: dir}).Size()
+	cand.Reclaimable, cand.Bytes, cand.Why = true, size, "no open workspace uses it"
+	if dryRun {
+		return cand, nil
+	}
+	if err := gitsource.Remove(filepath.Dir(dir)); err != nil {
+		return cand, err
+	}
+	cand.Reclaimed = true
+	return cand, nil
+}
+
+// gcLoop runs a sweep every interval until the controller stops.
+func (s *Server) gcLoop(interval, grace time.Duration) {
+	defer s.bg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := s.GC(s.ctx, grace, false)
+		if err != nil {
+			s.log.Warn("gc sweep", "err", err)
+			continue
+		}
+		if res.Bytes > 0 {
+			s.log.Info("gc sweep", "reclaimed_bytes", res.Bytes, "candidates", len(res.Candidates))
+		}
+	}
+}

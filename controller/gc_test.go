@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/snapshot"
+)
+
+// fakeClock is the gc sweep's clock in these tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// closedWorkspace records a workspace closed at at with n receipts, each a real archive of a
+// small tree stored in the blob store.
+func (tc *testController) closedWorkspace(t *testing.T, name string, at time.Time, n int) (api.Workspace, []api.Snapshot) {
+	t.Helper()
+	ctx := context.Background()
+	w := api.Workspace{ID: newID("ws_"), Name: name, Provider: "local", State: api.StateClosed,
+		AllocationID: newID("al_"), CreatedAt: at.Add(-time.Hour), UpdatedAt: at}
+	a := store.Allocation{ID: w.AllocationID, WorkspaceID: w.ID, Provider: "local", State: store.AllocDestroyed,
+		BootstrapHash: hashToken(newToken(prefixBootstrap)), CreatedAt: at, UpdatedAt: at}
+	if err := tc.s.store.CreateWorkspace(ctx, w, a); err != nil {
+		t.Fatal(err)
+	}
+	var snaps []api.Snapshot
+	for i := range n {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte(strings.Repeat(name, 1000+i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		root, err := fsguard.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		m, err := snapshot.Capture(ctx, root, &buf, snapshot.CaptureOptions{})
+		root.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(buf.Bytes())
+		snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: w.ID, ObjectKey: "snapshots/" + w.ID + "/" + hex.EncodeToString(sum[:8]),
+			Bytes: int64(buf.Len()), SHA256: hex.EncodeToString(sum[:]), Entries: m.Totals.Entries,
+			Summary: protocol.SnapshotSummary{Entries: m.Totals.Entries, Bytes: m.Totals.Bytes}, CreatedAt: at.Add(time.Duration(i-n) * time.Minute)}
+		if _, err := tc.s.blobs.Put(ctx, snap.ObjectKey, bytes.NewReader(buf.Bytes()), snap.SHA256); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.s.store.CreateSnapshot(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, snap)
+	}
+	return w, snaps
+}
+
+func (tc *testController) objectExists(key string) bool {
+	_, err := tc.s.blobs.Stat(context.Background(), key)
+	return err == nil
+}
+
+func findCandidate(res api.GCResult, id string) *api.GCCandidate {
+	for i := range res.Candidates {
+		if res.Candidates[i].WorkspaceID == id {
+			return &res.Candidates[i]
+		}
+	}
+	return nil
+}
+
+func TestGCGraceDryRunAndReclaim(t *testing.T) {
+	tc := newTestController(t)
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	tc.s.cfg.Now = clock.Now
+	ctx := context.Background()
+	ws, snaps := tc.closedWorkspace(t, "old", clock.Now(), 3)
+	clock.Advance(time.Hour)
+
+	res, err := tc.s.GC(ctx, 2*time.Hour, true)
+	if err != nil || findCandidate(res, ws.ID) != nil {
+		t.Fatalf("within the grace: %+v %v", res, err)
+	}
+	res, err = tc.s.GC(ctx, 30*time.Minute, true)
+	cand := findCandidate(res, ws.ID)
+	if err != nil || cand == nil || !cand.Reclaimable || cand.Reclaimed || cand.Bytes != snaps[0].Bytes+snaps[1].Bytes {
+		t.Fatalf("dry run: %+v %v", res, err)
+	}
+	for _, s := range snaps {
+		if !tc.objectExists(s.ObjectKey) {
+			t.Fatal("a dry run deleted an object")
+		}
+	}
+
+	res, err = tc.s.GC(ctx, 30*time.Minute, false)
+	if cand := findCandidate(res, ws.ID); err != nil || cand == nil || !cand.Reclaimed || res.Bytes != snaps[0].Bytes+snaps[1].Bytes {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+	if tc.objectExists(snaps[0].ObjectKey) || tc.objectExists(snaps[1].ObjectKey) || !tc.objectExists(snaps[2].ObjectKey) {
+		t.Fatal("the sweep did not reclaim exactly the superseded receipts")
+	}
+	got, _ := tc.s.store.GetWorkspace(ctx, ws.ID)
+	if got.State != api.StateClosed || got.ReclaimedAt == nil {
+		t.Fatalf("workspace after the sweep: %+v", got)
+	}
+	if _, err := tc.s.verifySnapshot(ctx, snaps[2]); err != nil {
+		t.Fatalf("the newest receipt no longer verifies: %v", err)
+	}
+}
+
+func TestGCKeeps(t *testing.T) {
+	tc := newTestController(t)
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	tc.s.cfg.Now = clock.Now
+	ctx := context.Background()
+	leased, _ := tc.closedWorkspace(t, "leased", clock.Now(), 2)
+	if _, err := tc.s.store.AcquireLease(ctx, leased.ID, "someone", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	corrupt, csnaps := tc.closedWorkspace(t, "corrupt", clock.Now(), 2)
+	if _, err := tc.s.blobs.Put(ctx, csnaps[1].ObjectKey, strings.NewReader("not the archive"), ""); err != nil {
+		t.Fatal(err)
+	}
+	running, _ := tc.closedWorkspace(t, "running", clock.Now(), 2)
+	if err := tc.s.store.CreateRun(ctx, api.Run{ID: newID("run_"), WorkspaceID: running.ID, AllocationID: running.AllocationID,
+		Argv: []string{"sleep"}, State: api.RunRunning, StartedAt: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	none, _ := tc.closedWorkspace(t, "none", clock.Now(), 0)
+	clock.Advance(48 * time.Hour)
+	res, err := tc.s.GC(ctx, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []api.Workspace{leased, corrupt, running, none} {
+		cand := findCandidate(res, ws.ID)
+		if cand == nil || cand.Reclaimable || cand.Reclaimed || cand.Why == "" {
+			t.Fatalf("%s: %+v", ws.Name, cand)
+		}
+	}
+	if res.Bytes != 0 || !tc.objectExists(csnaps[0].ObjectKey) {
+		t.Fatalf("a kept workspace lost storage: %+v", res)
+	}
+}
+
+// A sweep that stops half way (a crash) leaves the workspace reclaiming; a reopen waits for it;
+// the next sweep finishes the reclaim.
+func TestGCInterruptedSweepIsFinishedAndReopenWaits(t *testing.T) {
+	tc := newTestController(t)
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	tc.s.cfg.Now = clock.Now
+	ctx := context.Background()
+	ws, snaps := tc.closedWorkspace(t, "crashy", clock.Now(), 2)
+	clock.Advance(48 * time.Hour)
+	crash := errors.New("crash")
+	tc.s.gcStep = func(step string) error {
+		if step == "receipts marked" {
+			return crash
+		}
+		return nil
+	}
+	if _, err := tc.s.GC(ctx, time.Hour, false); !errors.Is(err, crash) {
+		t.Fatalf("interrupted sweep: %v", err)
+	}
+	mid, _ := tc.s.store.GetWorkspace(ctx, ws.ID)
+	if mid.State != api.StateReclaiming || !tc.objectExists(snaps[0].ObjectKey) {
+		t.Fatalf("after the interruption: %+v", mid)
+	}
+	// A reopen now waits for the reclaim rather than restoring from a half-reclaimed state.
+	reopened := make(chan api.Workspace, 1)
+	go func() {
+		_, _ = tc.s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{})
+		after, _ := tc.s.store.GetWorkspace(ctx, ws.ID)
+		reopened <- after
+	}()
+	select {
+	case w := <-reopened:
+		t.Fatalf("reopen went ahead during a reclaim: %+v", w)
+	case <-time.After(300 * time.Millisecond):
+	}
+	tc.s.gcStep = nil
+	res, err := tc.s.GC(ctx, time.Hour, false)
+	if cand := findCandidate(res, ws.ID); err != nil || cand == nil || !cand.Reclaimed {
+		t.Fatalf("the next sweep: %+v %v", res, err)
+	}
+	if tc.objectExists(snaps[0].ObjectKey) || !tc.objectExists(snaps[1].ObjectKey) {
+		t.Fatal("the finished reclaim removed the wrong objects")
+	}
+	select {
+	case w := <-reopened:
+		if w.ReclaimedAt == nil || w.State == api.StateReclaiming {
+			t.Fatalf("reopen saw a half-reclaimed workspace: %+v", w)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reopen kept waiting after the reclaim finished")
+	}
+}

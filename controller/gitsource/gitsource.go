@@ -1,0 +1,579 @@
+// Package gitsource keeps the controller's managed bare "base clone" of a project's Git source (a
+// path on the controller's host or a URL git can fetch). Local-provider worktrees are added from
+// it, packs for sandboxed workspaces are generated from it, and delivery state is decided from it.
+//
+// Everything runs the real git CLI. Each call gets a clean environment (no GIT_DIR, GIT_WORK_TREE,
+// GIT_INDEX_FILE or other repository-redirecting or config-injecting variables; no system config;
+// no terminal prompts; C locale so stderr can be classified), and no ref name, revision or source
+// can be read as an option. Callers serialize Ensure and Remove per directory and Fetch per ref;
+// when git's own lock files collide the error is CodeGitBusy.
+package gitsource
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/protocol"
+)
+
+// stderrTail is how much of git's stderr (the end of it) an error message carries.
+const stderrTail = 1024
+
+// Repo is a managed bare clone of a project's source.
+type Repo struct {
+	Dir    string // the bare clone (absolute)
+	Source string // where it is fetched from: a host path (made absolute) or a URL
+	Git    string // git binary; "" means "git" from PATH
+}
+
+// Ensure returns the base clone of source at dir, cloning it first when dir does not exist yet.
+//
+// The clone is `git clone --bare --no-local`: objects travel through git's transport even for a
+// path on this host, so the base clone never hard-links or shares files with the source (nor
+// inherits its alternates), and what it receives is checked by index-pack. It is made in
+// dir+".tmp-<random>" and renamed into place, so a crash never leaves a half clone at dir; such
+// leftovers of dir (and dir+".deleting-<random>" ones of Remove) are removed here.
+//
+// A local source that does not exist or is not a Git repository is CodeInvalidArgument: the
+// caller named a bad source and retrying will not help. A URL that cannot be reached is
+// CodeUnavailable. (Once a project exists, Fetch and DefaultBranch report a vanished source as
+// CodeUnavailable.) An existing dir that is not a bare repository is CodeCorrupt.
+func Ensure(ctx context.Context, git, source, dir string) (*Repo, error) {
+	if git == "" {
+		git = "git"
+	}
+	if err := checkSource(source); err != nil {
+		return nil, err
+	}
+	local := isLocal(source)
+	path := local && !strings.HasPrefix(source, "file://")
+	if path {
+		source, _ = filepath.Abs(source) // fails only when the working directory is gone
+	}
+	if dir == "" {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "base clone directory is empty")
+	}
+	dir, _ = filepath.Abs(dir)
+	r := &Repo{Dir: dir, Source: source, Git: git}
+	parent := filepath.Dir(dir)
+	if err := removeLeftovers(parent, filepath.Base(dir)); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return r, r.checkBare(ctx)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, protocol.Errorf(protocol.CodeInternal, "base clone %s: %v", dir, err)
+	}
+	if _, err := os.Stat(source); path && err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "source %s: %v", source, err)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInternal, "base clone parent: %v", err)
+	}
+	tmp := dir + ".tmp-" + randHex()
+	if _, err := r.run(ctx, nil, nil, r.args(false, "clone", "--bare", "--no-local", "--quiet", "--", source, tmp)...); err != nil {
+		_ = os.RemoveAll(tmp)
+		code := protocol.CodeUnavailable
+		if local && stderrHas(err, "does not appear to be a git repository", "not a git repository",
+			"does not exist", "dubious ownership") {
+			code = protocol.CodeInvalidArgument
+		}
+		return nil, fail(code, "clone "+redact(source), err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, protocol.Errorf(protocol.CodeInternal, "base clone rename: %v", err)
+	}
+	if f, err := os.Open(parent); err == nil { // make the rename durable
+		_ = f.Sync()
+		_ = f.Close()
+	}
+	return r, nil
+}
+
+func (r *Repo) checkBare(ctx context.Context) error {
+	out, err := r.run(ctx, nil, nil, r.args(true, "rev-parse", "--is-bare-repository")...)
+	if err != nil || strings.TrimSpace(string(out)) != "true" {
+		return fail(protocol.CodeCorrupt, r.Dir+" is not a bare git repository", err)
+	}
+	return nil
+}
+
+// DefaultBranch is the source's HEAD branch (e.g. "main"), asked of the source itself.
+func (r *Repo) DefaultBranch(ctx context.Context) (string, error) {
+	out, err := r.run(ctx, nil, nil, r.args(true, "ls-remote", "--symref", "--", r.Source, "HEAD")...)
+	if err != nil {
+		return "", fail(protocol.CodeUnavailable, "ls-remote "+redact(r.Source), err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ref: refs/heads/"); ok {
+			if branch, name, ok := strings.Cut(rest, "\t"); ok && name == "HEAD" && branch != "" {
+				return branch, nil
+			}
+		}
+	}
+	return "", protocol.Errorf(protocol.CodeNotFound, "source %s has no HEAD branch", redact(r.Source))
+}
+
+// Fetch force-updates the base clone's refs/heads/<ref> from the source's refs/heads/<ref> (the
+// source is the truth, so a rewound branch is followed) and returns its commit. No other ref is
+// touched. A missing ref is CodeNotFound, an unreachable source CodeUnavailable, and a branch
+// checked out in one of the base clone's worktrees CodeConflict.
+func (r *Repo) Fetch(ctx context.Context, ref string) (string, error) {
+	ref = strings.TrimPrefix(ref, "refs/heads/")
+	if err := checkBranch(ref); err != nil {
+		return "", err
+	}
+	full := "refs/heads/" + ref
+	_, err := r.run(ctx, nil, nil, r.args(true, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
+		"--", r.Source, "+"+full+":"+full)...)
+	switch {
+	case err == nil:
+	case stderrHas(err, "couldn't find remote ref"):
+		return "", protocol.Errorf(protocol.CodeNotFound, "source %s has no branch %q", redact(r.Source), ref)
+	case stderrHas(err, "refusing to fetch into"):
+		return "", fail(protocol.CodeConflict, "fetch "+ref, err)
+	case isLockErr(err):
+		return "", fail(protocol.CodeGitBusy, "fetch "+ref, err)
+	default:
+		return "", fail(protocol.CodeUnavailable, "fetch "+ref+" from "+redact(r.Source), err)
+	}
+	id, ok, err := r.revParse(ctx, full)
+	if err == nil && !ok {
+		err = protocol.Errorf(protocol.CodeInternal, "fetched %s but it does not resolve", full)
+	}
+	return id, err
+}
+
+// Resolve returns the full commit id rev names, or CodeNotFound. A plain branch name means
+// refs/heads/<rev> first, even when a tag of the same name exists (base refs are branches).
+func (r *Repo) Resolve(ctx context.Context, rev string) (string, error) {
+	if err := checkRev(rev); err != nil {
+		return "", err
+	}
+	if !isHex(rev) && !strings.HasPrefix(rev, "refs/") && checkBranch(rev) == nil {
+		if id, ok, err := r.revParse(ctx, "refs/heads/"+rev); err != nil || ok {
+			return id, err
+		}
+	}
+	id, ok, err := r.revParse(ctx, rev)
+	if err == nil && !ok {
+		err = protocol.Errorf(protocol.CodeNotFound, "no commit %q in the base clone", rev)
+	}
+	return id, err
+}
+
+func (r *Repo) revParse(ctx context.Context, rev string) (string, bool, error) {
+	out, err := r.run(ctx, nil, nil, r.args(true, "rev-parse", "--verify", "--quiet", rev+"^{commit}")...)
+	if err == nil {
+		return strings.TrimSpace(string(out)), true, nil
+	}
+	if exitCode(err) == 1 {
+		return "", false, nil
+	}
+	return "", false, fail(protocol.CodeInternal, "rev-parse "+rev, err)
+}
+
+// HasCommit reports whether the base clone holds commit.
+func (r *Repo) HasCommit(ctx context.Context, commit string) bool {
+	ok, _ := r.hasCommit(ctx, commit)
+	return ok
+}
+
+// hasCommit tells "git said no" (false, nil) from "git did not answer" (context, git missing).
+func (r *Repo) hasCommit(ctx context.Context, commit string) (bool, error) {
+	if err := checkRev(commit); err != nil {
+		return false, err
+	}
+	_, err := r.run(ctx, nil, nil, r.args(true, "cat-file", "-e", commit+"^{commit}")...)
+	if _, said := err.(*gitError); said {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// IsAncestor reports whether commit is reachable from ref. A commit the base clone does not hold
+// is not reachable (false, nil); a ref it does not hold is CodeNotFound.
+func (r *Repo) IsAncestor(ctx context.Context, commit, ref string) (bool, error) {
+	if ok, err := r.hasCommit(ctx, commit); !ok {
+		return false, err
+	}
+	target, err := r.Resolve(ctx, ref)
+	if err != nil {
+		return false, err
+	}
+	_, err = r.run(ctx, nil, nil, r.args(true, "merge-base", "--is-ancestor", commit, target)...)
+	switch {
+	case err == nil:
+		return true, nil
+	case exitCode(err) == 1:
+		return false, nil
+	}
+	return false, fail(protocol.CodeInternal, "merge-base", err)
+}
+
+// Pack streams to w a pack (not thin: it stands alone) of every object reachable from want and
+// not from have. An unknown want is CodeNotFound; unknown haves (commits only the receiver has)
+// are skipped. The pack is never held in memory. An error from w is returned as is.
+func (r *Repo) Pack(ctx context.Context, w io.Writer, want []string, have []string) error {
+	if len(want) == 0 {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "pack: nothing wanted")
+	}
+	names := append(append([]string(nil), want...), have...)
+	for _, n := range names {
+		if err := checkRev(n); err != nil {
+			return err
+		}
+	}
+	out, err := r.run(ctx, strings.NewReader(strings.Join(names, "\n")+"\n"), nil,
+		r.args(true, "cat-file", "--batch-check=%(objectname) %(objecttype)")...)
+	if err != nil {
+		return fail(protocol.CodeInternal, "cat-file", err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != len(names) {
+		return protocol.Errorf(protocol.CodeInternal, "cat-file: %d answers for %d names", len(lines), len(names))
+	}
+	var revs strings.Builder
+	for i, line := range lines {
+		f := strings.Fields(line)
+		known := len(f) == 2 && f[1] != "missing" && f[1] != "ambiguous"
+		switch {
+		case i < len(want) && !known:
+			return protocol.Errorf(protocol.CodeNotFound, "pack: no object %q in the base clone", names[i])
+		case i < len(want):
+			revs.WriteString(f[0] + "\n")
+		case known:
+			revs.WriteString("^" + f[0] + "\n")
+		}
+	}
+	ew := &errWriter{w: w}
+	_, err = r.run(ctx, strings.NewReader(revs.String()), ew,
+		r.args(true, "pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q")...)
+	if ew.err != nil {
+		return fmt.Errorf("pack: %w", ew.err)
+	}
+	if err != nil {
+		return fail(protocol.CodeInternal, "pack-objects", err)
+	}
+	return nil
+}
+
+// PruneWorktrees forgets worktrees whose directories are gone (`git worktree prune`).
+func (r *Repo) PruneWorktrees(ctx context.Context) error {
+	if _, err := r.run(ctx, nil, nil, r.args(true, "worktree", "prune")...); err != nil {
+		return fail(protocol.CodeInternal, "worktree prune", err)
+	}
+	return nil
+}
+
+// DeleteBranch deletes refs/heads/<branch> (`git branch -D`). A missing branch is not an error; a
+// branch checked out in a worktree is CodeConflict.
+func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
+	branch = strings.TrimPrefix(branch, "refs/heads/")
+	if err := checkBranch(branch); err != nil {
+		return err
+	}
+	_, err := r.run(ctx, nil, nil, r.args(true, "branch", "-D", "--", branch)...)
+	if err == nil {
+		return nil
+	}
+	if _, ok, perr := r.revParse(ctx, "refs/heads/"+branch); perr == nil && !ok {
+		return nil
+	}
+	code := protocol.CodeInternal
+	switch {
+	case stderrHas(err, "checked out at", "used by worktree"):
+		code = protocol.CodeConflict
+	case isLockErr(err):
+		code = protocol.CodeGitBusy
+	}
+	return fail(code, "delete branch "+branch, err)
+}
+
+// Size is the apparent size in bytes of everything under Dir (lstat sizes of all non-directories).
+func (r *Repo) Size() (int64, error) {
+	var n int64
+	err := filepath.WalkDir(r.Dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			var info fs.FileInfo
+			if info, err = d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		if errors.Is(err, fs.ErrNotExist) { // removed by a concurrent gc
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, protocol.Errorf(protocol.CodeInternal, "size of %s: %v", r.Dir, err)
+	}
+	return n, nil
+}
+
+// Remove deletes dir so that a crash never leaves a half-deleted tree at dir: it is renamed to
+// dir+".deleting-<random>" first, then removed. A missing dir is not an error.
+func Remove(dir string) error {
+	doomed := dir + ".deleting-" + randHex()
+	if err := os.Rename(dir, doomed); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return protocol.Errorf(protocol.CodeInternal, "remove %s: %v", dir, err)
+	}
+	if err := os.RemoveAll(doomed); err != nil {
+		return protocol.Errorf(protocol.CodeInternal, "remove %s: %v", dir, err)
+	}
+	return nil
+}
+
+// RemoveLeftovers removes every "<name>.tmp-<random>" and "<name>.deleting-<random>" entry in
+// parent that a crashed Ensure or Remove left behind. It must not run while an Ensure under parent
+// is in progress (call it at controller start).
+func RemoveLeftovers(parent string) error { return removeLeftovers(parent, "") }
+
+func removeLeftovers(parent, base string) error {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return protocol.Errorf(protocol.CodeInternal, "leftovers in %s: %v", parent, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		for _, mark := range []string{".tmp-", ".deleting-"} {
+			i := strings.LastIndex(name, mark)
+			if i <= 0 || (base != "" && name[:i] != base) || !isRandHex(name[i+len(mark):]) {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(parent, name)); err != nil {
+				return protocol.Errorf(protocol.CodeInternal, "remove leftover %s: %v", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// args prefixes git's arguments with the hardening every call gets. Hooks are off and ext:: is
+// refused even if a worktree user wrote them into the shared repository's config.
+func (r *Repo) args(inRepo bool, args ...string) []string {
+	pre := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+		"-c", "protocol.ext.allow=never", "-c", "gc.autoDetach=false"}
+	if isLocal(r.Source) {
+		pre = append(pre, "-c", "protocol.file.allow=always")
+	}
+	if inRepo {
+		pre = append(pre, "--git-dir="+r.Dir)
+	}
+	return append(pre, args...)
+}
+
+// gitError is a git command that ran and failed.
+type gitError struct {
+	code   int
+	stderr string
+}
+
+func (e *gitError) Error() string {
+	return fmt.Sprintf("git: exit status %d: %s", e.code, e.stderr)
+}
+
+func (r *Repo) run(ctx context.Context, stdin io.Reader, stdout io.Writer, args ...string) ([]byte, error) {
+	git := r.Git
+	if git == "" {
+		git = "git"
+	}
+	var out bytes.Buffer
+	if stdout == nil {
+		stdout = &out
+	}
+	tail := &tailWriter{}
+	cmd := exec.CommandContext(ctx, git, args...)
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = gitEnv(), stdin, stdout, tail
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if err == nil {
+		return out.Bytes(), nil
+	}
+	if cerr := ctxErr(ctx); cerr != nil {
+		return nil, cerr
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return nil, protocol.Errorf(protocol.CodeInternal, "running %s: %v", git, err)
+	}
+	return out.Bytes(), &gitError{code: ee.ExitCode(), stderr: strings.TrimSpace(string(tail.buf))}
+}
+
+// fail types a failed git command's error with code and git's stderr tail; errors run already
+// typed (context ended, git binary missing) pass through.
+func fail(code protocol.Code, what string, err error) error {
+	if pe, ok := err.(*protocol.Error); ok {
+		return pe
+	} else if ge, ok := err.(*gitError); ok && ge.stderr != "" {
+		what += ": " + ge.stderr
+	} else if err != nil {
+		what += ": " + err.Error()
+	}
+	return protocol.Errorf(code, "%s", what)
+}
+
+func ctxErr(ctx context.Context) error {
+	switch ctx.Err() {
+	case nil:
+		return nil
+	case context.DeadlineExceeded:
+		return protocol.Errorf(protocol.CodeTimeout, "git: %v", ctx.Err())
+	}
+	return protocol.Errorf(protocol.CodeCanceled, "git: %v", ctx.Err())
+}
+
+func exitCode(err error) int {
+	if ge, ok := err.(*gitError); ok {
+		return ge.code
+	}
+	return -1
+}
+
+func stderrHas(err error, subs ...string) bool {
+	ge, ok := err.(*gitError)
+	for _, s := range subs {
+		if ok && strings.Contains(ge.stderr, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func isLockErr(err error) bool { return stderrHas(err, ".lock': File exists") }
+
+// dropEnv are variables that would point git at another repository or inject configuration.
+var dropEnv = map[string]bool{
+	"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true, "GIT_OBJECT_DIRECTORY": true,
+	"GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_COMMON_DIR": true, "GIT_NAMESPACE": true,
+	"GIT_PREFIX": true, "GIT_QUARANTINE_PATH": true, "GIT_CONFIG": true, "GIT_CONFIG_PARAMETERS": true,
+	"GIT_CONFIG_COUNT": true, "GIT_CEILING_DIRECTORIES": true, "GIT_DISCOVERY_ACROSS_FILESYSTEM": true,
+	"LC_ALL": true, "LANG": true, "LANGUAGE": true,
+}
+
+func gitEnv() []string {
+	environ := os.Environ()
+	env := make([]string, 0, len(environ)+5)
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if dropEnv[k] || strings.HasPrefix(k, "GIT_CONFIG_KEY_") || strings.HasPrefix(k, "GIT_CONFIG_VALUE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
+}
+
+// tailWriter keeps the last stderrTail bytes written to it.
+type tailWriter struct{ buf []byte }
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > stderrTail {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-stderrTail:]...)
+	}
+	return len(p), nil
+}
+
+// errWriter remembers w's first error, which exec would otherwise hide behind git's SIGPIPE exit.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+func checkSource(s string) error {
+	if s == "" || strings.HasPrefix(s, "-") || len(s) > 4096 || hasCtl(s) {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "invalid source %q", s)
+	}
+	return nil
+}
+
+// checkRev accepts revisions such as commit ids, branch names, HEAD~2, v1^{commit}; never an
+// option, a range, a path (":"), or anything with whitespace.
+func checkRev(s string) error {
+	if s == "" || len(s) > 1024 || strings.HasPrefix(s, "-") || strings.HasPrefix(s, "^") ||
+		strings.Contains(s, "..") || strings.ContainsAny(s, ": ") || hasCtl(s) {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "invalid revision %q", s)
+	}
+	return nil
+}
+
+// checkBranch applies git's ref-name rules (check-ref-format) to a branch name.
+func checkBranch(s string) error {
+	bad := s == "" || s == "@" || len(s) > 255 || strings.HasPrefix(s, "-") || hasCtl(s) ||
+		strings.ContainsAny(s, " ~^:?*[\\") || strings.Contains(s, "..") || strings.Contains(s, "@{") ||
+		strings.HasSuffix(s, ".")
+	for _, c := range strings.Split(s, "/") {
+		bad = bad || c == "" || strings.HasPrefix(c, ".") || strings.HasSuffix(c, ".lock")
+	}
+	if bad {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "invalid branch name %q", s)
+	}
+	return nil
+}
+
+func hasCtl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
+}
+
+func isHex(s string) bool {
+	return len(s) >= 4 && len(s) <= 64 && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// isLocal follows git's rule: "scheme://" is a URL (file:// being local), "host:path" with the
+// colon before any slash is scp-like ssh, anything else is a path.
+func isLocal(s string) bool {
+	if strings.HasPrefix(s, "file://") {
+		return true
+	}
+	if strings.Contains(s, "://") {
+		return false
+	}
+	colon, slash := strings.IndexByte(s, ':'), strings.IndexByte(s, '/')
+	return colon < 0 || (slash >= 0 && slash < colon)
+}
+
+// redact hides a URL's credentials in messages.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = url.User("***")
+		return u.String()
+	}
+	return s
+}
+
+func randHex() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b)
+}
+
+func isRandHex(s string) bool {
+	return len(s) == 16 && strings.Trim(s, "0123456789abcdef") == ""
+}

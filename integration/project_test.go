@@ -1,0 +1,252 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+// sourceRepo is a real Git repository on disk with one commit on main: the project's source.
+type sourceRepo struct {
+	t   *testing.T
+	Dir string
+}
+
+func newSourceRepo(t *testing.T) *sourceRepo {
+	t.Helper()
+	r := &sourceRepo{t: t, Dir: filepath.Join(t.TempDir(), "source")}
+	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.git("init", "-q", "-b", "main")
+	r.write("README", "v1\n")
+	// What provisioning makes is ignored, as build output and dependencies are in real projects.
+	r.write(".gitignore", ".provisioned\n")
+	r.git("add", ".")
+	r.git("commit", "-q", "-m", "first")
+	return r
+}
+
+func (r *sourceRepo) git(args ...string) string {
+	r.t.Helper()
+	return gitIn(r.t, r.Dir, args...)
+}
+
+func (r *sourceRepo) write(name, data string) {
+	r.t.Helper()
+	if err := os.WriteFile(filepath.Join(r.Dir, name), []byte(data), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// advance commits a new file on main.
+func (r *sourceRepo) advance(name, data string) string {
+	r.write(name, data)
+	r.git("add", name)
+	r.git("commit", "-q", "-m", "add "+name)
+	return r.git("rev-parse", "HEAD")
+}
+
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@example.com"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (c *controllerProc) createProject(t *testing.T, args ...string) api.Project {
+	t.Helper()
+	var p api.Project
+	if err := json.Unmarshal([]byte(c.mustCLI(t, append([]string{"project", "create", "--json"}, args...)...)), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c *controllerProc) inspect(t *testing.T, id string) api.Inspection {
+	t.Helper()
+	var in api.Inspection
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "inspect", id, "--json")), &in); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// wsGit runs git inside the workspace, through the runner.
+func (c *controllerProc) wsGit(t *testing.T, id string, args ...string) string {
+	t.Helper()
+	return strings.TrimSpace(c.mustCLI(t, append([]string{"exec", id, "--", "git", "-c", "user.name=T", "-c", "user.email=t@example.com"}, args...)...))
+}
+
+func TestProjectIsolatedWorkspaces(t *testing.T) {
+	src := newSourceRepo(t)
+	c := startController(t, serveOpts{})
+	p := c.createProject(t, "--source", src.Dir, "--provision", "echo provisioned-$(pwd) > .provisioned; echo hello-from-provision")
+	if p.BaseRef != "main" || p.Mode != api.ModeIsolated || !strings.HasPrefix(p.ID, "prj_") {
+		t.Fatalf("project: %+v", p)
+	}
+	base := filepath.Join(c.Data, "projects", p.ID, "base.git")
+	baseMain := gitIn(t, base, "rev-parse", "refs/heads/main")
+	baseHead := gitIn(t, base, "symbolic-ref", "HEAD")
+
+	a := c.createWorkspace(t, "--project", p.Name, "--name", "task-a")
+	b := c.createWorkspace(t, "--project", p.ID, "--name", "task-b")
+	if a.Git == nil || a.Git.Branch != "tether/task-a" || a.Git.Strategy != api.StrategyWorktree || b.Git.Branch != "tether/task-b" {
+		t.Fatalf("workspaces: %+v %+v", a.Git, b.Git)
+	}
+	if a.Root == b.Root {
+		t.Fatal("two isolated workspaces share a root")
+	}
+	for _, ws := range []api.Workspace{a, b} {
+		if got := c.wsGit(t, ws.ID, "rev-parse", "--abbrev-ref", "HEAD"); got != ws.Git.Branch {
+			t.Fatalf("%s is on %q, want %q", ws.Name, got, ws.Git.Branch)
+		}
+		if got := c.mustCLI(t, "files", "get", ws.ID, "README"); got != "v1\n" {
+			t.Fatalf("%s README = %q", ws.Name, got)
+		}
+		// The provision command ran in the allocation, in the workspace root, and its output is
+		// kept with its run.
+		if got := c.mustCLI(t, "files", "get", ws.ID, ".provisioned"); !strings.Contains(got, "provisioned-") {
+			t.Fatalf("%s .provisioned = %q", ws.Name, got)
+		}
+		var runs []api.Run
+		if err := json.Unmarshal([]byte(c.mustCLI(t, "run", "ls", ws.ID, "--json")), &runs); err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) == 0 || runs[0].Kind != "provision" || !strings.Contains(runs[0].Output, "hello-from-provision") {
+			t.Fatalf("%s provision run: %+v", ws.Name, runs)
+		}
+	}
+	// Work in one is not in the other; the base clone's own branch and HEAD never move.
+	c.mustCLI(t, "exec", a.ID, "--", "sh", "-c", "echo a-work > a.txt")
+	c.wsGit(t, a.ID, "add", "a.txt")
+	c.wsGit(t, a.ID, "commit", "-q", "-m", "a work")
+	if r := c.cli(t, nil, "files", "stat", b.ID, "a.txt"); r.Code == 0 {
+		t.Fatal("task-a's file appeared in task-b")
+	}
+	if gitIn(t, base, "rev-parse", "refs/heads/main") != baseMain || gitIn(t, base, "symbolic-ref", "HEAD") != baseHead ||
+		gitIn(t, base, "rev-parse", "--is-bare-repository") != "true" {
+		t.Fatal("the base clone was written by a task")
+	}
+
+	// Delivery: unmerged until the source's main contains the work.
+	in := c.inspect(t, a.ID)
+	if in.Delivery != api.Unmerged || in.Ahead != 1 || in.Branch != "tether/task-a" || in.Source != "live" {
+		t.Fatalf("inspect before merge: %+v", in)
+	}
+	src.git("fetch", "-q", a.Root, "tether/task-a")
+	src.git("merge", "-q", "--ff-only", "FETCH_HEAD")
+	if in := c.inspect(t, a.ID); in.Delivery != api.DeliveredByAncestry {
+		t.Fatalf("inspect after merge: %+v", in)
+	}
+	// With the source gone, delivery is unknown and plain reads still work.
+	moved := src.Dir + ".away"
+	if err := os.Rename(src.Dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if in := c.inspect(t, a.ID); in.Delivery != api.DeliveryUnknown || in.Reason == "" || in.Head == "" {
+		t.Fatalf("inspect with the source unreachable: %+v", in)
+	}
+	if ws := c.showWorkspace(t, a.ID); ws.State != api.StateReady {
+		t.Fatalf("workspace show with the source unreachable: %+v", ws)
+	}
+	if err := os.Rename(moved, src.Dir); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reconcile: the clean task-b fast-forwards to the advanced base; a branch with its own
+	// commit and an advanced base is diverged and left as it is.
+	newBase := src.advance("later.txt", "later\n")
+	var rec api.ReconcileResult
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "reconcile", b.ID, "--json")), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Action != "fast_forwarded" || rec.After != newBase || rec.BaseCommit != newBase {
+		t.Fatalf("reconcile task-b: %+v", rec)
+	}
+	if got := c.mustCLI(t, "files", "get", b.ID, "later.txt"); got != "later\n" {
+		t.Fatalf("task-b later.txt after reconcile = %q", got)
+	}
+	c.mustCLI(t, "exec", b.ID, "--", "sh", "-c", "echo b-work > b.txt")
+	c.wsGit(t, b.ID, "add", "b.txt")
+	c.wsGit(t, b.ID, "commit", "-q", "-m", "b work")
+	before := c.wsGit(t, b.ID, "rev-parse", "HEAD")
+	src.advance("even-later.txt", "x\n")
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "reconcile", b.ID, "--json")), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Action != "diverged" || rec.Ahead != 1 || rec.Behind != 1 || c.wsGit(t, b.ID, "rev-parse", "HEAD") != before {
+		t.Fatalf("reconcile of a branch with unpushed work: %+v", rec)
+	}
+	if r := c.cli(t, nil, "files", "stat", b.ID, "even-later.txt"); r.Code == 0 {
+		t.Fatal("a diverged reconcile changed the tree")
+	}
+}
+
+func TestProjectProvisionFailure(t *testing.T) {
+	src := newSourceRepo(t)
+	c := startController(t, serveOpts{})
+	p := c.createProject(t, "--source", src.Dir)
+	r := c.cli(t, nil, "workspace", "create", "--project", p.ID, "--name", "broken", "--provision", "echo boom-in-the-tail >&2; exit 3")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "error: failed:") || !strings.Contains(r.Stderr, "boom-in-the-tail") {
+		t.Fatalf("a failing provision: %+v", r)
+	}
+	ws := c.showWorkspace(t, "broken")
+	if ws.State != api.StateFailed || !strings.Contains(ws.Reason, "exited with 3") {
+		t.Fatalf("workspace after a failing provision: %+v", ws)
+	}
+	// Bad input changes nothing.
+	for _, args := range [][]string{
+		{"project", "create", "--source", filepath.Join(t.TempDir(), "missing")},
+		{"project", "create", "--source", src.Dir, "--mode", "sometimes"},
+		{"project", "create", "--source", src.Dir, "--base-ref", "no-such-branch"},
+		{"workspace", "create", "--project", p.ID, "--branch", "main"},
+		{"workspace", "create", "--project", p.ID, "--branch", "-x"},
+		{"workspace", "create", "--project", p.ID, "--mode", "operator-branch"},
+		{"workspace", "create", "--project", "prj_doesnotexist"},
+		{"workspace", "create", "--mode", "shared"},
+	} {
+		if r := c.cli(t, nil, args...); r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: ") {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+	var list []api.Project
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "project", "ls", "--json")), &list); err != nil || len(list) != 1 {
+		t.Fatalf("projects after refused creates: %+v %v", list, err)
+	}
+}
+
+func TestProjectSharedWorkspace(t *testing.T) {
+	src := newSourceRepo(t)
+	c := startController(t, serveOpts{})
+	p := c.createProject(t, "--source", src.Dir, "--mode", "shared")
+	first := c.createWorkspace(t, "--project", p.ID)
+	c.mustCLI(t, "exec", first.ID, "--", "sh", "-c", "echo shared-work > s.txt")
+	second := c.createWorkspace(t, "--project", p.ID)
+	if second.ID != first.ID || second.Git.Branch != "tether/shared" {
+		t.Fatalf("the second request got another workspace: %s vs %s", second.ID, first.ID)
+	}
+	if got := c.mustCLI(t, "files", "get", second.ID, "s.txt"); got != "shared-work\n" {
+		t.Fatalf("shared file = %q", got)
+	}
+	// One writer at a time: a second writer's lease is refused while the first holds it.
+	c.mustCLI(t, "lease", "acquire", first.ID, "--holder", "agent-1")
+	if r := c.cli(t, nil, "lease", "acquire", second.ID, "--holder", "agent-2"); r.Code == 0 || !strings.Contains(r.Stderr, "lease_held") {
+		t.Fatalf("a concurrent writer's lease: %+v", r)
+	}
+	// An operator branch is its own shared workspace.
+	ob := c.createWorkspace(t, "--project", p.ID, "--mode", "operator-branch", "--branch", "ops/fix")
+	again := c.createWorkspace(t, "--project", p.ID, "--mode", "operator-branch", "--branch", "ops/fix")
+	if ob.ID == first.ID || again.ID != ob.ID || ob.Git.Branch != "ops/fix" {
+		t.Fatalf("operator branch workspaces: %s %s (shared %s)", ob.ID, again.ID, first.ID)
+	}
+}

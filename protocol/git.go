@@ -1,0 +1,93 @@
+package protocol
+
+// Git workspace operations, opened by the controller. They act on the Git repository at the
+// workspace root.
+const (
+	// OpGitCheckout fills an empty workspace root with a checkout (Args: GitCheckoutArgs).
+	// With strategy "worktree" the runner runs `git worktree add` from BaseRepo (a path on its
+	// own host: the local provider). With strategy "clone" the request has a body: a Git pack
+	// (`git pack-objects` output) holding every object reachable from Commit; the runner builds
+	// the repository from it without a network remote and without a git binary. Result:
+	// GitStatus of the new checkout.
+	OpGitCheckout = "git_checkout"
+	// OpGitInspect (Args: GitInspectArgs) reads the repository: Result GitStatus. Read-only.
+	OpGitInspect = "git_inspect"
+	// OpGitReconcile (Args: GitReconcileArgs) takes the base ref's new commit: with HasPack a
+	// pack body carries the objects the workspace may lack. The runner records the commit as
+	// refs/remotes/origin/<BaseRef>, then fast-forwards the checked-out branch to it only when
+	// the branch has no commits of its own the base lacks and the tree is clean. Result:
+	// GitReconcileReply.
+	OpGitReconcile = "git_reconcile"
+)
+
+// Checkout strategies (see OpGitCheckout).
+const (
+	GitStrategyWorktree = "worktree"
+	GitStrategyClone    = "clone"
+)
+
+// GitCheckoutArgs are the arguments of OpGitCheckout.
+type GitCheckoutArgs struct {
+	Strategy string `json:"strategy"`
+	// BaseRepo is the base clone's path on the runner's host (worktree only).
+	BaseRepo string `json:"base_repo,omitempty"`
+	// Branch is created at Commit and checked out. Commit is a full 40-hex object id.
+	Branch string `json:"branch"`
+	Commit string `json:"commit"`
+	// BaseRef (e.g. main) is recorded as refs/remotes/origin/<BaseRef> at BaseCommit (clone
+	// only; a worktree sees the base clone's refs/heads/<BaseRef>).
+	BaseRef    string `json:"base_ref,omitempty"`
+	BaseCommit string `json:"base_commit,omitempty"`
+}
+
+// GitInspectArgs are the arguments of OpGitInspect. With BaseCommit set (and present in the
+// repository) Ahead/Behind are counted against it; else against the upstream of the branch, if
+// any.
+type GitInspectArgs struct {
+	BaseCommit string `json:"base_commit,omitempty"`
+}
+
+// GitStatus is what the runner reads of a workspace's repository.
+type GitStatus struct {
+	Head string `json:"head"` // commit id, "" in an empty repository
+	// Linked: the workspace is a linked worktree whose objects live in a base repository on
+	// the runner's host (a reconcile needs no pack then).
+	Linked   bool   `json:"linked,omitempty"`
+	Branch   string `json:"branch,omitempty"` // "" when detached
+	Upstream string `json:"upstream,omitempty"`
+	// BaseKnown: the commit Ahead/Behind count against is present in the repository.
+	BaseKnown bool `json:"base_known"`
+	Ahead     int  `json:"ahead"`
+	Behind    int  `json:"behind"`
+	Staged    int  `json:"staged"`
+	Unstaged  int  `json:"unstaged"`
+	Untracked int  `json:"untracked"`
+}
+
+// Clean says there is nothing uncommitted (untracked files count as uncommitted).
+func (g GitStatus) Clean() bool { return g.Staged == 0 && g.Unstaged == 0 && g.Untracked == 0 }
+
+// GitReconcileArgs are the arguments of OpGitReconcile.
+type GitReconcileArgs struct {
+	BaseRef string `json:"base_ref"`
+	Commit  string `json:"commit"` // the base ref's commit at the source
+	HasPack bool   `json:"has_pack,omitempty"`
+}
+
+// Reconcile actions.
+const (
+	GitFastForwarded = "fast_forwarded"
+	GitUpToDate      = "up_to_date"
+	GitAhead         = "ahead"
+	GitDiverged      = "diverged"
+	GitDirty         = "dirty"
+)
+
+// GitReconcileReply says what reconciling did.
+type GitReconcileReply struct {
+	Before string `json:"before"`
+	After  string `json:"after"`
+	Ahead  int    `json:"ahead"`
+	Behind int    `json:"behind"`
+	Action string `json:"action"`
+}

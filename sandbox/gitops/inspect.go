@@ -1,0 +1,184 @@
+package gitops
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Inspect reads the repository at root: HEAD, its branch and upstream, the counts of staged,
+// unstaged and untracked files, and how far HEAD is ahead of and behind baseCommit when the
+// repository holds it, else the branch's upstream when it has one. It writes nothing.
+func Inspect(ctx context.Context, root string, baseCommit string) (protocol.GitStatus, error) {
+	var base plumbing.Hash
+	if baseCommit != "" {
+		var err error
+		if base, err = parseCommit("base commit", baseCommit); err != nil {
+			return protocol.GitStatus{}, err
+		}
+	}
+	r, err := open(root)
+	if err != nil {
+		return protocol.GitStatus{}, err
+	}
+	return inspect(ctx, r, base)
+}
+
+func inspect(ctx context.Context, r *repo, base plumbing.Hash) (protocol.GitStatus, error) {
+	out := protocol.GitStatus{Linked: r.linked}
+	head, branch, err := readHead(r)
+	if err != nil {
+		return out, err
+	}
+	out.Branch = branch.Short()
+	if !head.IsZero() {
+		out.Head = head.String()
+	}
+	up, upHash := upstream(r, branch)
+	out.Upstream = up
+	against := plumbing.ZeroHash
+	if !base.IsZero() {
+		if ok, err := hasCommit(r, base); err != nil {
+			return out, err
+		} else if ok {
+			against = base
+		}
+	}
+	if against.IsZero() {
+		against = upHash
+	}
+	if !against.IsZero() && !head.IsZero() {
+		out.BaseKnown = true
+		if out.Ahead, out.Behind, err = aheadBehind(ctx, r, head, against); err != nil {
+			return out, err
+		}
+	}
+	if err := countChanges(ctx, r, &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// readHead returns HEAD's commit (zero in a repository without commits) and the branch HEAD is
+// on ("" when detached).
+func readHead(r *repo) (plumbing.Hash, plumbing.ReferenceName, error) {
+	ref, err := r.Storer.Reference(plumbing.HEAD)
+	if err != nil {
+		return plumbing.ZeroHash, "", protocol.Errorf(protocol.CodeCorrupt, "read HEAD: %v", err)
+	}
+	if ref.Type() == plumbing.HashReference {
+		return ref.Hash(), "", nil
+	}
+	branch := ref.Target()
+	res, err := r.Reference(branch, true)
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return plumbing.ZeroHash, branch, nil // an unborn branch
+	}
+	if err != nil {
+		return plumbing.ZeroHash, branch, protocol.Errorf(protocol.CodeCorrupt, "read %s: %v", branch, err)
+	}
+	return res.Hash(), branch, nil
+}
+
+// upstream returns the configured upstream of branch, as Git names it ("origin/main"), and its
+// commit; "" and zero when none is configured or its ref does not exist. branch.<b>.merge is
+// mapped through the remote's fetch refspecs, as Git does; remote "." names a local ref.
+func upstream(r *repo, branch plumbing.ReferenceName) (string, plumbing.Hash) {
+	if branch == "" {
+		return "", plumbing.ZeroHash
+	}
+	cfg, err := r.Config()
+	if err != nil {
+		return "", plumbing.ZeroHash
+	}
+	b, ok := cfg.Branches[branch.Short()]
+	if !ok || b.Merge == "" || b.Remote == "" {
+		return "", plumbing.ZeroHash
+	}
+	var up plumbing.ReferenceName
+	if b.Remote == "." {
+		up = b.Merge
+	} else if rc, ok := cfg.Remotes[b.Remote]; ok {
+		for _, rs := range rc.Fetch {
+			if rs.Match(b.Merge) {
+				up = rs.Dst(b.Merge)
+				break
+			}
+		}
+	}
+	if up == "" {
+		return "", plumbing.ZeroHash
+	}
+	ref, err := r.Reference(up, true)
+	if err != nil {
+		return "", plumbing.ZeroHash
+	}
+	return up.Short(), ref.Hash()
+}
+
+// countChanges counts files as `git status` lists them: staged (index differs from HEAD),
+// unstaged (worktree differs from the index) and untracked (not ignored). A file both staged and
+// modified again counts in both.
+func countChanges(ctx context.Context, r *repo, out *protocol.GitStatus) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w, err := r.Worktree()
+	if err != nil {
+		return err
+	}
+	excl, err := r.excludes()
+	if err != nil {
+		return err
+	}
+	w.Excludes = append(w.Excludes, excl...)
+	st, err := w.Status()
+	if err != nil {
+		return protocol.Errorf(protocol.CodeFailed, "git status: %v", err)
+	}
+	for _, fs := range st {
+		switch {
+		case fs.Worktree == git.Untracked:
+			out.Untracked++
+			continue
+		case fs.Worktree != git.Unmodified:
+			out.Unstaged++
+		}
+		if fs.Staging != git.Unmodified && fs.Staging != git.Untracked {
+			out.Staged++
+		}
+	}
+	return nil
+}
+
+// excludes reads info/exclude, which go-git's status leaves to its caller (it reads the
+// .gitignore files itself).
+func (r *repo) excludes() ([]gitignore.Pattern, error) {
+	f, err := os.Open(filepath.Join(r.commonDir, "info", "exclude"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ps []gitignore.Pattern
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ps = append(ps, gitignore.ParsePattern(line, nil))
+	}
+	return ps, sc.Err()
+}
