@@ -243,6 +243,12 @@ func (s *Server) gcBaseClone(ctx context.Context, projectID string, cutoff time.
 		return nil, err
 	}
 	cand := &api.GCCandidate{WorkspaceID: "", Name: "base clone of project " + p.Name}
+	defer func() {
+		if !cand.Reclaimed && !dryRun {
+			// Kept: drop the registrations of worktrees whose allocations are gone.
+			_ = (&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}).PruneWorktrees(ctx)
+		}
+	}()
 	for _, ws := range wss {
 		switch ws.State {
 		case api.StateClosed, api.StateDeleted, api.StateFailed:

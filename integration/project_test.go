@@ -250,3 +250,33 @@ func TestProjectSharedWorkspace(t *testing.T) {
 		t.Fatalf("operator branch workspaces: %s %s (shared %s)", ob.ID, again.ID, first.ID)
 	}
 }
+
+// Teardown commands run inside the allocation before it is released, and are kept as runs.
+func TestProjectTeardownOnClose(t *testing.T) {
+	src := newSourceRepo(t)
+	c := startController(t, serveOpts{})
+	marker := filepath.Join(t.TempDir(), "torn-down")
+	p := c.createProject(t, "--source", src.Dir, "--teardown", "echo bye-from-teardown; pwd > "+marker)
+	ws := c.createWorkspace(t, "--project", p.ID)
+	c.mustCLI(t, "workspace", "close", ws.ID)
+	got, err := os.ReadFile(marker)
+	if err != nil || strings.TrimSpace(string(got)) != ws.Root {
+		t.Fatalf("teardown did not run in the workspace root before release: %q %v", got, err)
+	}
+	var runs []api.Run
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "run", "ls", ws.ID, "--json")), &runs); err != nil {
+		t.Fatal(err)
+	}
+	var teardown *api.Run
+	for i := range runs {
+		if runs[i].Kind == "teardown" {
+			teardown = &runs[i]
+		}
+	}
+	if teardown == nil || teardown.State != api.RunExited || !strings.Contains(teardown.Output, "bye-from-teardown") {
+		t.Fatalf("teardown run: %+v", runs)
+	}
+	if out := c.mustCLI(t, "run", "show", teardown.ID); !strings.Contains(out, "bye-from-teardown") || !strings.Contains(out, "teardown") {
+		t.Fatalf("run show:\n%s", out)
+	}
+}

@@ -136,14 +136,24 @@ func newRunShowCmd(c *cli) *cobra.Command {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			for _, row := range [][2]string{
 				{"Run", r.ID}, {"Workspace", r.WorkspaceID}, {"Allocation", r.AllocationID}, {"Epoch", fmt.Sprint(r.Epoch)},
-				{"Command", strings.Join(r.Argv, " ")}, {"State", r.State}, {"Exit", exitText(r)}, {"Error", r.Error},
+				{"Command", strings.Join(r.Argv, " ")}, {"Kind", r.Kind}, {"State", r.State}, {"Exit", exitText(r)}, {"Error", r.Error},
 				{"Started", r.StartedAt.Local().Format(time.RFC3339)}, {"Duration", duration(r)},
 			} {
 				if row[1] != "" {
 					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if r.Output != "" {
+				// Kept for provision and teardown commands: the tail of their stdout and stderr.
+				c.printf("Output (last %d bytes kept):\n%s", len(r.Output), r.Output)
+				if !strings.HasSuffix(r.Output, "\n") {
+					c.printf("\n")
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
