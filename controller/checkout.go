@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -19,16 +21,19 @@ const outputTail = 64 << 10
 // planCheckout settles a project workspace request: its project, mode, branch and strategy. For
 // shared and operator-branch modes it finds the branch's open workspace (reused) — reopening it
 // if closed — and otherwise returns with the branch's lock held (unlock releases it) so the new
-// record is the only one.
+// record is the only one this controller makes. Everything is checked before any sandbox starts.
 func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceRequest) (api.Project, *api.WorkspaceGit, *api.Workspace, func(), error) {
 	noop := func() {}
+	fail := func(err error) (api.Project, *api.WorkspaceGit, *api.Workspace, func(), error) {
+		return api.Project{}, nil, nil, noop, err
+	}
 	proj, err := s.project(ctx, req.Project)
 	if err != nil {
-		return proj, nil, nil, noop, err
+		return fail(err)
 	}
 	mode := firstNonEmpty(req.Mode, proj.Mode)
 	if !validMode(mode) {
-		return proj, nil, nil, noop, protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want isolated, shared or operator-branch", mode)
+		return fail(protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want isolated, shared or operator-branch", mode))
 	}
 	branch := req.Branch
 	switch {
@@ -38,60 +43,82 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 	case mode == api.ModeShared:
 		branch = "tether/shared"
 	default:
-		return proj, nil, nil, noop, protocol.Errorf(protocol.CodeInvalidArgument, "mode operator-branch needs --branch")
+		return fail(protocol.Errorf(protocol.CodeInvalidArgument, "mode operator-branch needs --branch"))
 	}
-	if err := checkBranch(branch); err != nil {
-		return proj, nil, nil, noop, err
+	if err := checkBranch(&branch); err != nil {
+		return fail(err)
 	}
 	if branch == proj.BaseRef {
 		// The base clone's copy of the base ref follows the source; a workspace writing to it
 		// would have its commits overwritten by the next fetch.
-		return proj, nil, nil, noop, protocol.Errorf(protocol.CodeInvalidArgument,
-			"branch %q is the project's base ref; a workspace works on a branch of its own", branch)
+		return fail(protocol.Errorf(protocol.CodeInvalidArgument,
+			"branch %q is the project's base ref; a workspace works on a branch of its own", branch))
+	}
+	provider := firstNonEmpty(req.Provider, s.cfg.DefaultProvider)
+	unlock := s.projectLocks.lock(proj.ID + "\x00branch\x00" + branch)
+	ws, found, err := s.store.OpenWorkspaceFor(ctx, proj.ID, branch)
+	if err != nil {
+		unlock()
+		return fail(err)
+	}
+	if found {
+		unlock()
+		switch {
+		case mode == api.ModeIsolated || ws.Git.Mode == api.ModeIsolated:
+			return fail(protocol.Errorf(protocol.CodeConflict, "branch %q belongs to workspace %s (%s, %s)", branch, ws.Name, ws.Git.Mode, ws.State))
+		case req.Provider != "" && req.Provider != ws.Provider:
+			return fail(protocol.Errorf(protocol.CodeConflict, "branch %q's shared workspace %s runs on provider %s, not %s", branch, ws.Name, ws.Provider, req.Provider))
+		case len(req.Provision) > 0 || len(req.Teardown) > 0:
+			return fail(protocol.Errorf(protocol.CodeInvalidArgument, "branch %q's shared workspace %s exists: --provision and --teardown apply to a new one only", branch, ws.Name))
+		}
+		reused, err := s.reuseWorkspace(ctx, ws)
+		return proj, nil, &reused, noop, err
 	}
 	strategy := api.StrategyClone
-	if firstNonEmpty(req.Provider, s.cfg.DefaultProvider) == "local" {
+	if provider == "local" {
 		// The local provider's runner shares the controller's host, and so the base clone.
 		strategy = api.StrategyWorktree
 	}
-	_, commit, err := s.fetchBase(ctx, proj)
+	repo, commit, err := s.fetchBase(ctx, proj)
 	if err != nil {
-		return proj, nil, nil, noop, fmt.Errorf("project %s: %w", proj.Name, err)
+		unlock()
+		return fail(fmt.Errorf("project %s: %w", proj.Name, err))
+	}
+	if _, err := repo.Resolve(ctx, "refs/heads/"+branch); err == nil {
+		unlock()
+		return fail(protocol.Errorf(protocol.CodeConflict,
+			"branch %q already exists in project %s's base clone (in the source, or left by an earlier workspace); name another with --branch or --name", branch, proj.Name))
 	}
 	git := &api.WorkspaceGit{ProjectID: proj.ID, Mode: mode, Strategy: strategy, Branch: branch,
 		BaseRef: proj.BaseRef, BaseCommit: commit, Provision: req.Provision, Teardown: req.Teardown}
-	if mode == api.ModeIsolated {
-		return proj, git, nil, noop, nil
-	}
-	unlock := s.projectLocks.lock(proj.ID + "\x00branch\x00" + branch)
-	ws, ok, err := s.store.OpenWorkspaceFor(ctx, proj.ID, branch)
-	if err != nil || !ok {
-		return proj, git, nil, unlock, err
-	}
-	unlock()
+	return proj, git, nil, unlock, nil
+}
+
+// reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed; when
+// another request is reopening it at the same time, both get the workspace it reopened.
+func (s *Server) reuseWorkspace(ctx context.Context, ws api.Workspace) (api.Workspace, error) {
 	if ws.State == api.StateClosed || ws.State == api.StateReclaiming {
-		ws, err = s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{})
-		if err != nil {
-			return proj, git, nil, noop, err
+		if _, err := s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{}); err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
+			return ws, err
 		}
 	}
-	ws, err = s.workspace(ctx, ws.ID)
-	return proj, git, &ws, noop, err
+	return s.workspace(ctx, ws.ID)
 }
 
 // prepareCheckout fills a new allocation with its checkout and runs the provision commands, all
 // through the runner inside the allocation.
-func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) error {
+// checkedOut says whether the checkout itself succeeded (so its branch is this workspace's).
+func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) (checkedOut bool, err error) {
 	c, ok := s.hub.Get(ws.AllocationID)
 	if !ok {
-		return protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
+		return false, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
 	}
 	g := ws.Git
 	args := protocol.GitCheckoutArgs{Strategy: g.Strategy, Branch: g.Branch, Commit: g.BaseCommit, BaseRef: g.BaseRef, BaseCommit: g.BaseCommit}
 	if err := s.checkoutInto(ctx, c, ws.Epoch, proj, args, nil); err != nil {
-		return fmt.Errorf("checkout of %s at %s: %w", g.BaseRef, short(g.BaseCommit), err)
+		return false, fmt.Errorf("checkout of %s at %s: %w", g.BaseRef, short(g.BaseCommit), err)
 	}
-	return s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
+	return true, s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
 }
 
 // checkoutInto has the runner check out args: from the base clone's path (worktree) or from a
@@ -117,12 +144,14 @@ func (s *Server) checkoutInto(ctx context.Context, c *hub.Conn, epoch uint64, pr
 }
 
 // packReader streams a pack of the base clone's objects reachable from want and not from have.
-// The base clone stays locked until the pack is read or closed.
+// The project's lock covers only opening the base clone: git reads objects safely beside a fetch,
+// and a sweep never removes a base clone an open workspace (this one) uses, so a slow runner
+// reading its pack holds up no other request.
 func (s *Server) packReader(ctx context.Context, proj api.Project, want, have []string) (io.ReadCloser, error) {
 	unlock := s.projectLocks.lock(proj.ID)
 	repo, err := s.baseRepo(ctx, proj)
+	unlock()
 	if err != nil {
-		unlock()
 		return nil, err
 	}
 	var wants []string
@@ -132,10 +161,7 @@ func (s *Server) packReader(ctx context.Context, proj api.Project, want, have []
 		}
 	}
 	pr, pw := io.Pipe()
-	go func() {
-		defer unlock()
-		pw.CloseWithError(repo.Pack(ctx, pw, wants, have))
-	}()
+	go func() { pw.CloseWithError(repo.Pack(ctx, pw, wants, have)) }()
 	return pr, nil
 }
 
@@ -249,6 +275,33 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
+
+// dropCheckout removes what a worktree checkout left in the base clone once its allocation is
+// gone: the worktree's registration and, with branch, its branch (a workspace removed or failed
+// gives its branch name back; a checkout that never happened has no branch of its own).
+func (s *Server) dropCheckout(ctx context.Context, ws api.Workspace, branch bool) {
+	if ws.Git == nil || ws.Git.Strategy != api.StrategyWorktree {
+		return
+	}
+	p, err := s.store.GetProject(ctx, ws.Git.ProjectID)
+	if err != nil {
+		return
+	}
+	unlock := s.projectLocks.lock(p.ID)
+	defer unlock()
+	dir := s.baseClonePath(p.ID)
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	repo := &gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}
+	_ = repo.PruneWorktrees(ctx)
+	if !branch {
+		return
+	}
+	if err := repo.DeleteBranch(ctx, ws.Git.Branch); err != nil {
+		s.log.Warn("delete workspace branch", "workspace", ws.ID, "branch", ws.Git.Branch, "err", err)
+	}
+}
 
 // teardown runs the workspace's teardown commands before its allocation is released. A failing
 // teardown is recorded (its run and an event) but does not hold the release: the work is saved

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -12,10 +13,12 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
-// What a gc sweep reclaims of a closed workspace is storage its work no longer needs: the
-// objects of superseded receipts (every receipt holds the whole tree, so the newest one holds
-// the work), the worktree registration in its project's base clone, and a base clone no open
-// workspace uses any more. The newest receipt is never reclaimed: reopen restores from it.
+// What a gc sweep reclaims of a closed project workspace is storage its work no longer needs:
+// the objects of superseded receipts (every receipt holds the whole tree, Git directory
+// included, so the newest holds the work), the worktree registration in its project's base
+// clone, and a base clone no open workspace uses any more. A sweep deletes nothing unless the
+// newest receipt verifies, and never the newest receipt: reopen restores from it. Workspaces
+// that are not checkouts of a project keep all their snapshots (they are the user's history).
 
 func (s *Server) handleGC(w http.ResponseWriter, r *http.Request) {
 	var req api.GCRequest
@@ -25,11 +28,15 @@ func (s *Server) handleGC(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if req.Grace < 0 {
+	grace := defaultGCGrace
+	if req.Grace != nil {
+		grace = time.Duration(*req.Grace)
+	}
+	if grace < 0 {
 		writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "grace must not be negative"))
 		return
 	}
-	res, err := s.GC(r.Context(), time.Duration(req.Grace), req.DryRun)
+	res, err := s.GC(r.Context(), grace, req.DryRun)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -37,8 +44,11 @@ func (s *Server) handleGC(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// defaultGCGrace is the grace of a sweep that names none.
+const defaultGCGrace = 24 * time.Hour
+
 // GC sweeps closed workspaces older than grace: it lists each with whether its work is
-// reconstructable (delivered by ancestry, or held by a verified receipt) and what reclaiming
+// reconstructable (its newest receipt verifies) and what reclaiming
 // would free, and unless dryRun reclaims those that may be. One sweep runs at a time; a reclaim
 // an earlier sweep left half done (a crash) is finished first.
 func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.GCResult, error) {
@@ -68,7 +78,7 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 				Why: "finished a reclaim an earlier sweep left", Bytes: n, Reclaimed: true})
 			continue
 		}
-		if ws.State != api.StateClosed || now.Sub(ws.UpdatedAt) < grace {
+		if ws.State != api.StateClosed || ws.Git == nil || now.Sub(ws.UpdatedAt) < grace {
 			continue
 		}
 		swept[ws.ID] = true
@@ -107,6 +117,8 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 }
 
 // gcCandidate decides whether a closed workspace may be reclaimed, and what that frees.
+// Closing captured and verified the tree after its last change and released the sandbox, so a
+// closed workspace has no pending changes; what is checked here is what could have changed since.
 func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandidate {
 	cand := api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name}
 	keep := func(why string) api.GCCandidate { cand.Why = why; return cand }
@@ -124,36 +136,24 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 		return keep("no receipt holds its work")
 	}
 	last := snaps[len(snaps)-1]
-	// Closing captured the tree after its last change; a receipt captured under an older epoch
-	// than the one the close ended cannot prove that.
-	if _, err := s.verifySnapshot(ctx, last); err != nil {
-		delivered := ws.Git != nil && s.delivered(ctx, ws)
-		if !delivered {
-			return keep(fmt.Sprintf("its newest receipt %s does not verify (%s) and its work is not delivered", last.ID, protocol.AsError(err).Message))
-		}
-		cand.Why = "delivered by ancestry"
-	} else {
-		// Delivery is not asked here: it would fetch from the source (and clone the base
-		// again after a sweep removed it) to learn nothing the receipt does not already prove.
-		cand.Why = "every byte is in verified receipt " + last.ID
-	}
-	cand.Reclaimable = true
+	var bytes int64
 	for _, snap := range snaps[:len(snaps)-1] {
 		if snap.ReclaimedAt == nil {
-			cand.Bytes += snap.Bytes
+			bytes += snap.Bytes
 		}
 	}
-	return cand
-}
-
-// delivered says whether the source's base ref contains the workspace's saved HEAD.
-func (s *Server) delivered(ctx context.Context, ws api.Workspace) bool {
-	p, err := s.store.GetProject(ctx, ws.Git.ProjectID)
-	if err != nil {
-		return false
+	if bytes == 0 {
+		return keep("nothing to reclaim: its newest receipt " + last.ID + " is what reopen restores")
 	}
-	in, err := s.inspect(ctx, ws, p)
-	return err == nil && in.Delivery == api.DeliveredByAncestry
+	// Delivery by ancestry is not enough to delete anything here: the receipts also hold
+	// uncommitted and ignored files, and reopen restores from the newest. So the newest must
+	// verify, whatever the source says.
+	if _, err := s.verifySnapshot(ctx, last); err != nil {
+		return keep(fmt.Sprintf("its newest receipt %s does not verify (%s)", last.ID, protocol.AsError(err).Message))
+	}
+	cand.Reclaimable, cand.Bytes = true, bytes
+	cand.Why = "every byte is in its newest receipt " + last.ID + ", verified"
+	return cand
 }
 
 // reclaim removes a reclaiming workspace's superseded storage and returns it to closed. Every
@@ -199,13 +199,7 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 		}
 	}
 	if ws.Git != nil && ws.Git.Strategy == api.StrategyWorktree {
-		if p, err := s.store.GetProject(ctx, ws.Git.ProjectID); err == nil {
-			unlock := s.projectLocks.lock(p.ID)
-			if repo, err := gitsource.Ensure(ctx, s.gitBinary(), p.Source, s.baseClonePath(p.ID)); err == nil {
-				_ = repo.PruneWorktrees(ctx)
-			}
-			unlock()
-		}
+		s.pruneWorktrees(ctx, ws.Git.ProjectID)
 	}
 	if err := s.store.SetWorkspaceReclaimed(ctx, ws.ID, now); err != nil {
 		return freed, err
@@ -215,6 +209,37 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 		return freed, err
 	}
 	return freed, nil
+}
+
+// finishReclaim waits for a running sweep and finishes a reclaim one left half done, then returns
+// the workspace as it is now.
+func (s *Server) finishReclaim(ctx context.Context, id string) (api.Workspace, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	ws, err := s.workspace(ctx, id)
+	if err != nil || ws.State != api.StateReclaiming {
+		return ws, err
+	}
+	if _, err := s.reclaim(ctx, ws); err != nil {
+		return ws, fmt.Errorf("finish the reclaim of %s: %w", ws.ID, err)
+	}
+	return s.workspace(ctx, id)
+}
+
+// pruneWorktrees drops the base clone's registrations of worktrees whose allocations are gone. A
+// base clone a sweep removed is not cloned again for this.
+func (s *Server) pruneWorktrees(ctx context.Context, projectID string) {
+	p, err := s.store.GetProject(ctx, projectID)
+	if err != nil {
+		return
+	}
+	unlock := s.projectLocks.lock(p.ID)
+	defer unlock()
+	dir := s.baseClonePath(p.ID)
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	_ = (&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}).PruneWorktrees(ctx)
 }
 
 func (s *Server) gcFault(step string) error {

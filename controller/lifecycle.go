@@ -107,14 +107,6 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if !ws.Connected {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
 	}
-	if ws.Git != nil {
-		// Teardown runs before the capture (and while the workspace is still ready, so the
-		// check below sees the live tree): the receipt holds what teardown left.
-		s.teardown(ctx, ws)
-		if chk, err = s.closeCheck(ctx, ws); err != nil {
-			return api.CloseResult{}, err
-		}
-	}
 	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateClosing, "", "close"); err != nil {
 		return api.CloseResult{}, err
 	}
@@ -133,6 +125,9 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 		}
 		res.Snapshot, res.Saved = &snap, snap.ID
 	}
+	// Teardown runs once the work is saved, so a teardown command can never cost work; what it
+	// changes in the tree goes with the sandbox.
+	s.teardown(ctx, ws)
 	if err := s.releaseAllocation(context.WithoutCancel(ctx), ws); err != nil {
 		return back(err)
 	}
@@ -195,14 +190,10 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if err != nil {
 		return ws, err
 	}
-	// A gc sweep reclaiming the workspace's old receipts finishes first: the reopen waits.
-	for ws.State == api.StateReclaiming {
-		select {
-		case <-ctx.Done():
-			return ws, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if ws, err = s.workspace(ctx, ws.ID); err != nil {
+	// A reclaim of the workspace's old receipts finishes first — this reopen finishes one a sweep
+	// left half done — so nothing half-reclaimed is ever restored from.
+	if ws.State == api.StateReclaiming {
+		if ws, err = s.finishReclaim(ctx, ws.ID); err != nil {
 			return ws, err
 		}
 	}
@@ -220,10 +211,21 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if err != nil {
 		return ws, err
 	}
-	// Atomic: a concurrent gc sweep or another reopen either sees reopening or has already
-	// moved the workspace, and this reopen is refused (or waits, above).
-	if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReopening, "", "reopen on provider "+req.Provider); err != nil {
-		return ws, err
+	// Atomic: a concurrent sweep or another reopen either sees reopening or has already moved
+	// the workspace. A sweep that started reclaiming meanwhile is waited for (it holds the sweep
+	// lock), then the reopen goes on; another reopen wins and this one is refused.
+	for {
+		err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReopening, "", "reopen on provider "+req.Provider)
+		if err == nil {
+			break
+		}
+		cur, gerr := s.workspace(ctx, ws.ID)
+		if protocol.CodeOf(err) != protocol.CodeConflict || gerr != nil || cur.State != api.StateReclaiming {
+			return ws, err
+		}
+		if _, err := s.finishReclaim(ctx, ws.ID); err != nil {
+			return ws, err
+		}
 	}
 	now := time.Now().UTC()
 	token := newToken(prefixBootstrap)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -25,16 +24,11 @@ func (l *projectLocks) lock(id string) func() {
 	return mu.Unlock
 }
 
-// branchName is what Tether accepts as a branch: git's rules, minus what could read as an option
-// or a range.
-var branchName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$`)
-
-func checkBranch(b string) error {
-	if !branchName.MatchString(b) || strings.Contains(b, "..") || strings.Contains(b, "//") ||
-		strings.HasSuffix(b, "/") || strings.HasSuffix(b, ".lock") || strings.HasSuffix(b, ".") {
-		return protocol.Errorf(protocol.CodeInvalidArgument, "invalid branch name %q", b)
-	}
-	return nil
+// checkBranch takes a branch as a short name (refs/heads/ stripped) and applies git's ref-name
+// rules, so a bad name is refused before anything is allocated.
+func checkBranch(b *string) error {
+	*b = strings.TrimPrefix(*b, "refs/heads/")
+	return gitsource.CheckBranch(*b)
 }
 
 func (s *Server) gitBinary() string { return firstNonEmpty(s.cfg.GitBinary, "git") }
@@ -61,8 +55,9 @@ func (s *Server) fetchBase(ctx context.Context, p api.Project) (*gitsource.Repo,
 	return repo, commit, err
 }
 
-// normalizeSource makes a local source path absolute, so the base clone does not depend on the
-// directory the CLI ran in. URLs (scheme://… or user@host:path) are kept as given.
+// normalizeSource checks a source: a URL (scheme://… or host:path) as given, or an absolute
+// path on the controller's host. A relative path is refused: relative to what the controller's
+// working directory happens to be is never what the caller meant (the CLI makes paths absolute).
 func normalizeSource(src string) (string, error) {
 	if src == "" {
 		return "", protocol.Errorf(protocol.CodeInvalidArgument, "a project needs --source: a repository path or URL")
@@ -70,10 +65,13 @@ func normalizeSource(src string) (string, error) {
 	if strings.HasPrefix(src, "-") {
 		return "", protocol.Errorf(protocol.CodeInvalidArgument, "source %q may not start with '-'", src)
 	}
-	if strings.Contains(src, "://") || (strings.Contains(src, ":") && strings.Contains(src, "@")) {
+	if !gitsource.IsLocal(src) || strings.HasPrefix(src, "file://") {
 		return src, nil
 	}
-	return filepath.Abs(src)
+	if !filepath.IsAbs(src) {
+		return "", protocol.Errorf(protocol.CodeInvalidArgument, "source %q: a local path must be absolute", src)
+	}
+	return filepath.Clean(src), nil
 }
 
 func validMode(m string) bool {
@@ -122,6 +120,11 @@ func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest
 	if _, err := s.store.GetProject(ctx, req.Name); err == nil {
 		return api.Project{}, protocol.Errorf(protocol.CodeExists, "a project named %q exists", req.Name)
 	}
+	if req.BaseRef != "" {
+		if err := checkBranch(&req.BaseRef); err != nil {
+			return api.Project{}, err
+		}
+	}
 	p := api.Project{ID: id, Name: req.Name, Source: src, BaseRef: req.BaseRef, Mode: req.Mode,
 		Provision: req.Provision, Teardown: req.Teardown, CreatedAt: time.Now().UTC()}
 	unlock := s.projectLocks.lock(id)
@@ -139,7 +142,7 @@ func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest
 			return fail(err)
 		}
 	}
-	if err := checkBranch(p.BaseRef); err != nil {
+	if err := checkBranch(&p.BaseRef); err != nil {
 		return fail(err)
 	}
 	if _, err := repo.Fetch(ctx, p.BaseRef); err != nil {

@@ -123,15 +123,16 @@ func hello(t *testing.T, sess *yamux.Session, h protocol.Hello) protocol.Trailer
 	}
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(15 * time.Second))
-	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := protocol.WriteJSON(st, h); err != nil {
-		t.Fatal(err)
+	// A controller that refuses the hello answers and closes the session at once; yamux may then
+	// report the shutdown to a Write whose bytes did arrive (its send and the shutdown race), so
+	// a failed write is only a failure if no answer can be read either.
+	werr := protocol.WriteJSON(st, protocol.Header{Op: "hello"})
+	if werr == nil {
+		werr = protocol.WriteJSON(st, h)
 	}
 	var tr protocol.Trailer
 	if err := protocol.ReadJSON(st, &tr); err != nil {
-		t.Fatalf("reading the hello trailer: %v", err)
+		t.Fatalf("reading the hello trailer: %v (writing the hello: %v)", err, werr)
 	}
 	return tr
 }

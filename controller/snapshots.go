@@ -141,6 +141,10 @@ func (s *Server) handleSnapshotShow(w http.ResponseWriter, r *http.Request) {
 // SHA-256 are checked against the receipt as it flows; a mismatch surfaces as a read error at
 // the end, before the reader ever reports EOF, so nobody downstream publishes a bad archive.
 func (s *Server) openArchive(ctx context.Context, snap api.Snapshot) (io.Reader, func(), error) {
+	if snap.ReclaimedAt != nil {
+		return nil, nil, protocol.Errorf(protocol.CodeNotFound, "snapshot %s was reclaimed by gc at %s: a newer receipt of workspace %s holds its work",
+			snap.ID, snap.ReclaimedAt.UTC().Format(time.RFC3339), snap.WorkspaceID)
+	}
 	rc, _, err := s.blobs.Get(ctx, snap.ObjectKey)
 	if err != nil {
 		return nil, nil, err

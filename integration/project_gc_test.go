@@ -76,6 +76,9 @@ func TestProjectGCAndReopenAfterUpstreamAdvanced(t *testing.T) {
 	if again := c.gc(t, "--grace", "0s"); again.Bytes != 0 {
 		t.Fatalf("a second sweep reclaimed more: %+v", again)
 	}
+	if r := c.cli(t, nil, "snapshot", "verify", first.ID); r.Code != 3 || !strings.Contains(r.Stderr, "reclaimed") {
+		t.Fatalf("verify of a reclaimed receipt: %+v", r)
+	}
 
 	src.advance("upstream.txt", "moved on\n")
 	c.mustCLI(t, "workspace", "reopen", ws.ID)

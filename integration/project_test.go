@@ -223,6 +223,35 @@ func TestProjectProvisionFailure(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "project", "ls", "--json")), &list); err != nil || len(list) != 1 {
 		t.Fatalf("projects after refused creates: %+v %v", list, err)
 	}
+	var wss []api.Workspace
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "ls", "--json")), &wss); err != nil || len(wss) != 1 || wss[0].Name != "broken" {
+		t.Fatalf("workspaces after refused creates: %+v %v", wss, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(c.Data, "projects"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("project dirs after refused creates: %v %v", entries, err)
+	}
+	// A branch that exists in the source is refused before any sandbox starts, with a typed
+	// conflict; so is an isolated workspace on a shared workspace's branch.
+	src.git("branch", "feature")
+	src.git("branch", "taken")
+	p2 := c.createProject(t, "--source", src.Dir, "--name", "again")
+	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--mode", "operator-branch", "--branch", "feature"); r.Code != 5 || !strings.Contains(r.Stderr, "error: conflict:") {
+		t.Fatalf("a branch that exists in the source: %+v", r)
+	}
+	c.createWorkspace(t, "--project", p2.ID, "--mode", "shared", "--branch", "team/x")
+	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--branch", "team/x"); r.Code != 5 {
+		t.Fatalf("an isolated workspace on a shared branch: %+v", r)
+	}
+	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--mode", "shared", "--branch", "team/x", "--provision", "true"); r.Code != 2 {
+		t.Fatalf("reusing a shared workspace with new provision commands: %+v", r)
+	}
+	// Removing a workspace gives its branch name back.
+	ws = c.createWorkspace(t, "--project", p2.ID, "--name", "reuse-me")
+	c.mustCLI(t, "workspace", "rm", ws.ID)
+	if again := c.createWorkspace(t, "--project", p2.ID, "--name", "reuse-me"); again.Git.Branch != "tether/reuse-me" {
+		t.Fatalf("re-created workspace: %+v", again.Git)
+	}
 }
 
 func TestProjectSharedWorkspace(t *testing.T) {

@@ -28,14 +28,18 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 		Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(), Root: r.cfg.Root,
 		Runs: r.runs.snapshot(), Epoch: r.epoch.Load(), Services: r.services.List(),
 	}
-	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
-		return err
-	}
-	if err := protocol.WriteJSON(st, hello); err != nil {
-		return err
+	// A controller that refuses the hello answers and closes the session at once, and yamux may
+	// report that shutdown to a Write whose bytes did arrive. The answer, if any, says more than
+	// the write error: a refusal must stop the runner, not look like a dropped connection.
+	werr := protocol.WriteJSON(st, protocol.Header{Op: "hello"})
+	if werr == nil {
+		werr = protocol.WriteJSON(st, hello)
 	}
 	var tr protocol.Trailer
 	if err := protocol.ReadJSON(st, &tr); err != nil {
+		if werr != nil {
+			return fmt.Errorf("hello: %w", werr)
+		}
 		return fmt.Errorf("hello: %w", err)
 	}
 	if err := tr.Err(); err != nil {

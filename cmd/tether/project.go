@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -27,6 +29,15 @@ func newProjectCreateCmd(c *cli) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Source == "" {
 				return usageError{fmt.Errorf("--source is required")}
+			}
+			if gitsource.IsLocal(req.Source) && !strings.HasPrefix(req.Source, "file://") {
+				// The controller resolves nothing relative to its own directory: send an
+				// absolute path, as the user meant it from here.
+				abs, err := filepath.Abs(req.Source)
+				if err != nil {
+					return err
+				}
+				req.Source = abs
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -201,7 +212,7 @@ func newGCCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := cl.GC(cmd.Context(), api.GCRequest{Grace: protocol.Duration(grace), DryRun: dryRun})
+			res, err := cl.GC(cmd.Context(), api.GCRequest{Grace: ptr(protocol.Duration(grace)), DryRun: dryRun})
 			if err != nil {
 				return err
 			}
@@ -229,3 +240,5 @@ func newGCCmd(c *cli) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sweep as JSON")
 	return cmd
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -103,8 +103,9 @@ type ReconcileResult struct {
 
 // GCRequest is the body of POST /v1/gc.
 type GCRequest struct {
-	Grace  protocol.Duration `json:"grace"`
-	DryRun bool              `json:"dry_run,omitempty"`
+	// Grace: only workspaces closed at least this long ago (default 24h when absent).
+	Grace  *protocol.Duration `json:"grace,omitempty"`
+	DryRun bool               `json:"dry_run,omitempty"`
 }
 
 // GCCandidate is one closed workspace the sweep looked at.

@@ -57,7 +57,7 @@ func Ensure(ctx context.Context, git, source, dir string) (*Repo, error) {
 	if err := checkSource(source); err != nil {
 		return nil, err
 	}
-	local := isLocal(source)
+	local := IsLocal(source)
 	path := local && !strings.HasPrefix(source, "file://")
 	if path {
 		source, _ = filepath.Abs(source) // fails only when the working directory is gone
@@ -133,7 +133,7 @@ func (r *Repo) DefaultBranch(ctx context.Context) (string, error) {
 // checked out in one of the base clone's worktrees CodeConflict.
 func (r *Repo) Fetch(ctx context.Context, ref string) (string, error) {
 	ref = strings.TrimPrefix(ref, "refs/heads/")
-	if err := checkBranch(ref); err != nil {
+	if err := CheckBranch(ref); err != nil {
 		return "", err
 	}
 	full := "refs/heads/" + ref
@@ -163,7 +163,7 @@ func (r *Repo) Resolve(ctx context.Context, rev string) (string, error) {
 	if err := checkRev(rev); err != nil {
 		return "", err
 	}
-	if !isHex(rev) && !strings.HasPrefix(rev, "refs/") && checkBranch(rev) == nil {
+	if !isHex(rev) && !strings.HasPrefix(rev, "refs/") && CheckBranch(rev) == nil {
 		if id, ok, err := r.revParse(ctx, "refs/heads/"+rev); err != nil || ok {
 			return id, err
 		}
@@ -283,7 +283,7 @@ func (r *Repo) PruneWorktrees(ctx context.Context) error {
 // branch checked out in a worktree is CodeConflict.
 func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 	branch = strings.TrimPrefix(branch, "refs/heads/")
-	if err := checkBranch(branch); err != nil {
+	if err := CheckBranch(branch); err != nil {
 		return err
 	}
 	_, err := r.run(ctx, nil, nil, r.args(true, "branch", "-D", "--", branch)...)
@@ -372,7 +372,7 @@ func removeLeftovers(parent, base string) error {
 func (r *Repo) args(inRepo bool, args ...string) []string {
 	pre := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
 		"-c", "protocol.ext.allow=never", "-c", "gc.autoDetach=false"}
-	if isLocal(r.Source) {
+	if IsLocal(r.Source) {
 		pre = append(pre, "-c", "protocol.file.allow=always")
 	}
 	if inRepo {
@@ -524,8 +524,8 @@ func checkRev(s string) error {
 	return nil
 }
 
-// checkBranch applies git's ref-name rules (check-ref-format) to a branch name.
-func checkBranch(s string) error {
+// CheckBranch applies git's ref-name rules (check-ref-format) to a branch name.
+func CheckBranch(s string) error {
 	bad := s == "" || s == "@" || len(s) > 255 || strings.HasPrefix(s, "-") || hasCtl(s) ||
 		strings.ContainsAny(s, " ~^:?*[\\") || strings.Contains(s, "..") || strings.Contains(s, "@{") ||
 		strings.HasSuffix(s, ".")
@@ -546,9 +546,9 @@ func isHex(s string) bool {
 	return len(s) >= 4 && len(s) <= 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
-// isLocal follows git's rule: "scheme://" is a URL (file:// being local), "host:path" with the
+// IsLocal follows git's rule: "scheme://" is a URL (file:// being local), "host:path" with the
 // colon before any slash is scp-like ssh, anything else is a path.
-func isLocal(s string) bool {
+func IsLocal(s string) bool {
 	if strings.HasPrefix(s, "file://") {
 		return true
 	}

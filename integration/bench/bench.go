@@ -63,6 +63,9 @@ func (b *bench) all(ctx context.Context) error {
 	if !b.cfg.noDProv {
 		steps = append(steps, b.dockerProvider)
 	}
+	if !b.cfg.noProj {
+		steps = append(steps, b.projects)
+	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err

@@ -65,12 +65,6 @@ func genTree(ctx context.Context, dir string, total int64) (treeInfo, error) {
 	nSrc := max(int(total/4/((srcFileMin+srcFileMax)/2)), 1)
 	leaves := (nSrc + filesPerDir - 1) / filesPerDir
 	modules := (leaves + dirsPerModule - 1) / dirsPerModule
-	exts := []string{".go", ".c", ".py", ".ts", ".md"}
-	srcPath := func(i int) string {
-		leaf := i / filesPerDir
-		return filepath.Join("src", fmt.Sprintf("mod%03d", leaf/dirsPerModule), fmt.Sprintf("pkg%02d", leaf%dirsPerModule),
-			fmt.Sprintf("file%05d%s", i, exts[i%len(exts)]))
-	}
 	for leaf := range leaves {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, srcPath(leaf*filesPerDir))), 0o755); err != nil {
 			return ti, err
@@ -186,6 +180,16 @@ func genTree(ctx context.Context, dir string, total int64) (treeInfo, error) {
 	}
 	ti.binBytes = ti.bytes - ti.srcBytes - ti.gitBytes
 	return ti, nil
+}
+
+var srcExts = []string{".go", ".c", ".py", ".ts", ".md"}
+
+// srcPath is the relative path of pseudo-source file i: filesPerDir to a directory,
+// dirsPerModule directories to a module.
+func srcPath(i int) string {
+	leaf := i / filesPerDir
+	return filepath.Join("src", fmt.Sprintf("mod%03d", leaf/dirsPerModule), fmt.Sprintf("pkg%02d", leaf%dirsPerModule),
+		fmt.Sprintf("file%05d%s", i, srcExts[i%len(srcExts)]))
 }
 
 // parallel runs fn(0..n-1) on GOMAXPROCS goroutines and returns the results in order.

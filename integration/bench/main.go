@@ -1,5 +1,7 @@
 // Command bench measures Tether's runner, exec path and file transfers against Docker measured in
-// the same run, and its snapshots against tar and zstd on the same tree, and prints a Markdown table (or JSON) of the figures and their ratios. `make bench` runs it with
+// the same run, its snapshots against tar and zstd on the same tree, and its Git project
+// workspaces against git clone (and docker cp) of the same repository, and prints a Markdown
+// table (or JSON) of the figures and their ratios. `make bench` runs it with
 // TETHER_BIN_DIR pointing at freshly built binaries. It asserts nothing about timings.
 package main
 
@@ -25,15 +27,17 @@ type config struct {
 	fileSize int64 // file get/put bytes
 	b64Size  int64 // base64-over-exec file bytes
 	treeSize int64 // bytes of the generated snapshot tree
+	projSize int64 // committed bytes of the generated project repository
 	asJSON   bool
 	noDocker bool
 	noSnap   bool
 	noDProv  bool // skip the Docker provider rows
+	noProj   bool // skip the project workspace rows
 }
 
 func main() {
 	var cfg config
-	var mib, fileMiB, b64MiB, treeMiB int64
+	var mib, fileMiB, b64MiB, treeMiB, projMiB int64
 	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
 	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
 	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
@@ -42,16 +46,18 @@ func main() {
 	flag.Int64Var(&fileMiB, "file-mib", 1024, "MiB of the file got and put through the Go client")
 	flag.Int64Var(&b64MiB, "b64-mib", 64, "MiB of the file got and put as base64 over exec in 192 KiB chunks")
 	flag.Int64Var(&treeMiB, "tree-mib", 1024, "MiB of the generated source-like tree that is snapshotted and restored")
+	flag.Int64Var(&projMiB, "project-mib", 32, "MiB committed in the generated Git repository that project workspaces check out")
 	flag.BoolVar(&cfg.noSnap, "no-snapshot", false, "skip the snapshot capture and restore rows")
+	flag.BoolVar(&cfg.noProj, "no-project", false, "skip the Git project rows (project create, and isolated project workspaces on the local and Docker providers)")
 	flag.BoolVar(&cfg.noDProv, "no-docker-provider", false, "skip the Docker provider rows (workspace start and 256 MiB file transfer in a container)")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
-	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib and -tree-mib must be at least 1")
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 || projMiB < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib, -tree-mib and -project-mib must be at least 1")
 		os.Exit(2)
 	}
-	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20
+	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize, cfg.projSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20, projMiB<<20
 	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
 	if cfg.binDir == "" {
 		cfg.binDir = "bin"

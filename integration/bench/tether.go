@@ -155,8 +155,15 @@ func (t *tetherEnv) createWorkspace(ctx context.Context, name string) (api.Works
 
 // createWorkspaceOn is createWorkspace on the named provider.
 func (t *tetherEnv) createWorkspaceOn(ctx context.Context, name, provider string) (api.Workspace, time.Duration, error) {
+	return t.createWorkspaceReq(ctx, api.CreateWorkspaceRequest{Name: name, Provider: provider})
+}
+
+// createWorkspaceReq times client.CreateWorkspace with req (Provider set), which returns once
+// the workspace is ready: for a project workspace, after its checkout too.
+func (t *tetherEnv) createWorkspaceReq(ctx context.Context, req api.CreateWorkspaceRequest) (api.Workspace, time.Duration, error) {
+	provider := req.Provider
 	start := time.Now()
-	ws, err := t.cl.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: name, Provider: provider})
+	ws, err := t.cl.CreateWorkspace(ctx, req)
 	took := time.Since(start)
 	if ws.ID != "" {
 		t.track(ws.ID)
