@@ -95,8 +95,24 @@ func TestProjectIsolatedWorkspaces(t *testing.T) {
 		t.Fatalf("project: %+v", p)
 	}
 	base := filepath.Join(c.Data, "projects", p.ID, "base.git")
-	baseMain := gitIn(t, base, "rev-parse", "refs/heads/main")
-	baseHead := gitIn(t, base, "symbolic-ref", "HEAD")
+	// What the base clone is: every ref but the tasks' own branches, its HEAD and its config.
+	// (A worktree's commits do land in the shared object store and under refs/heads/tether/;
+	// nothing else of the base clone may change.)
+	baseState := func() string {
+		refs := gitIn(t, base, "for-each-ref", "--format=%(refname) %(objectname)")
+		var keep []string
+		for _, line := range strings.Split(refs, "\n") {
+			if !strings.HasPrefix(line, "refs/heads/tether/") {
+				keep = append(keep, line)
+			}
+		}
+		cfg, err := os.ReadFile(filepath.Join(base, "config"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(keep, "\n") + "\nHEAD " + gitIn(t, base, "symbolic-ref", "HEAD") + "\n" + string(cfg)
+	}
+	before := baseState()
 
 	a := c.createWorkspace(t, "--project", p.Name, "--name", "task-a")
 	b := c.createWorkspace(t, "--project", p.ID, "--name", "task-b")
@@ -133,9 +149,8 @@ func TestProjectIsolatedWorkspaces(t *testing.T) {
 	if r := c.cli(t, nil, "files", "stat", b.ID, "a.txt"); r.Code == 0 {
 		t.Fatal("task-a's file appeared in task-b")
 	}
-	if gitIn(t, base, "rev-parse", "refs/heads/main") != baseMain || gitIn(t, base, "symbolic-ref", "HEAD") != baseHead ||
-		gitIn(t, base, "rev-parse", "--is-bare-repository") != "true" {
-		t.Fatal("the base clone was written by a task")
+	if after := baseState(); after != before || gitIn(t, base, "rev-parse", "--is-bare-repository") != "true" {
+		t.Fatalf("the base clone was written by a task:\nbefore %s\nafter  %s", before, after)
 	}
 
 	// Delivery: unmerged until the source's main contains the work.
@@ -179,12 +194,12 @@ func TestProjectIsolatedWorkspaces(t *testing.T) {
 	c.mustCLI(t, "exec", b.ID, "--", "sh", "-c", "echo b-work > b.txt")
 	c.wsGit(t, b.ID, "add", "b.txt")
 	c.wsGit(t, b.ID, "commit", "-q", "-m", "b work")
-	before := c.wsGit(t, b.ID, "rev-parse", "HEAD")
+	headB := c.wsGit(t, b.ID, "rev-parse", "HEAD")
 	src.advance("even-later.txt", "x\n")
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "reconcile", b.ID, "--json")), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Action != "diverged" || rec.Ahead != 1 || rec.Behind != 1 || c.wsGit(t, b.ID, "rev-parse", "HEAD") != before {
+	if rec.Action != "diverged" || rec.Ahead != 1 || rec.Behind != 1 || c.wsGit(t, b.ID, "rev-parse", "HEAD") != headB {
 		t.Fatalf("reconcile of a branch with unpushed work: %+v", rec)
 	}
 	if r := c.cli(t, nil, "files", "stat", b.ID, "even-later.txt"); r.Code == 0 {
@@ -271,6 +286,28 @@ func TestProjectSharedWorkspace(t *testing.T) {
 	c.mustCLI(t, "lease", "acquire", first.ID, "--holder", "agent-1")
 	if r := c.cli(t, nil, "lease", "acquire", second.ID, "--holder", "agent-2"); r.Code == 0 || !strings.Contains(r.Stderr, "lease_held") {
 		t.Fatalf("a concurrent writer's lease: %+v", r)
+	}
+	// Requests racing for the shared branch all get the one workspace.
+	results := make(chan string, 4)
+	for range 4 {
+		go func() {
+			r := c.cli(t, nil, "workspace", "create", "--project", p.ID, "--mode", "shared", "--branch", "race/x", "--json")
+			var ws api.Workspace
+			if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &ws) != nil {
+				results <- "failed: " + r.Stderr
+				return
+			}
+			results <- ws.ID
+		}()
+	}
+	var ids []string
+	for range 4 {
+		ids = append(ids, <-results)
+	}
+	for _, id := range ids {
+		if id != ids[0] || !strings.HasPrefix(id, "ws_") {
+			t.Fatalf("concurrent shared requests got %v", ids)
+		}
 	}
 	// An operator branch is its own shared workspace.
 	ob := c.createWorkspace(t, "--project", p.ID, "--mode", "operator-branch", "--branch", "ops/fix")
