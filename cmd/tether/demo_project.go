@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
@@ -57,6 +56,17 @@ func demoProject(ctx context.Context, c *cli, cl *client.Client, demoCLI func(..
 			return err
 		}
 	}
-	c.printf("%s\n", fmt.Sprintf("(task-2 holds no work beyond %s: delivered by ancestry; task-1's commit is not in %s yet: unmerged)", p.BaseRef, p.BaseRef))
+	for _, ws := range tasks {
+		in, err := cl.InspectWorkspace(ctx, ws.ID)
+		if err != nil {
+			return err
+		}
+		switch in.Delivery {
+		case api.DeliveredByAncestry:
+			c.printf("(%s: everything it holds is in %s at the source: delivered by ancestry)\n", ws.Name, p.BaseRef)
+		default:
+			c.printf("(%s: %d commit(s) not in %s at the source: %s)\n", ws.Name, in.Ahead, p.BaseRef, in.Delivery)
+		}
+	}
 	return nil
 }
