@@ -34,6 +34,19 @@ func init() {
 	)
 }
 
+// Version 8: one live workspace per project branch, across every controller sharing the store
+// (the controller's branch lock covers only its own requests). Failed and deleted workspaces
+// give their branch back.
+func init() {
+	addMigration(8, "one live workspace per project branch",
+		`CREATE UNIQUE INDEX workspaces_live_branch ON workspaces(project_id, branch)
+			WHERE project_id <> '' AND state <> 'deleted' AND state <> 'failed'`,
+	)
+}
+
+// liveBranchIndex is the unique index of migration 8.
+const liveBranchIndex = "workspaces_live_branch"
+
 // projectNameConstraint is PostgreSQL's name for the UNIQUE constraint on projects.name.
 const projectNameConstraint = "projects_name_key"
 

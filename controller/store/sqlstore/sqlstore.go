@@ -87,11 +87,23 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	if err != nil {
 		return err
 	}
+	if projectID != "" {
+		if err := tx.QueryRowContext(ctx, s.d.q(`SELECT COUNT(*) FROM workspaces WHERE project_id = ? AND branch = ?
+			AND state <> 'deleted' AND state <> 'failed'`), projectID, branch).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return branchTaken(branch)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, projectID, git, branch,
 		w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
-		if s.d.uniqueConstraint(err) == "workspaces_live_name" { // a concurrent create took the name since the count
+		switch s.d.uniqueConstraint(err) { // a concurrent create got there since the counts
+		case "workspaces_live_name":
 			return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
+		case liveBranchIndex:
+			return branchTaken(branch)
 		}
 		return fmt.Errorf("insert workspace: %w", err)
 	}
@@ -112,6 +124,10 @@ const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation
 
 // workspaceFrom is the FROM clause every workspaceCols query uses.
 const workspaceFrom = ` FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id `
+
+func branchTaken(branch string) error {
+	return protocol.Errorf(protocol.CodeConflict, "branch %q already has a live workspace in this project", branch)
+}
 
 func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace

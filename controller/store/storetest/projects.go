@@ -122,7 +122,7 @@ func sameGit(t *testing.T, what string, got, want *api.WorkspaceGit) {
 func testProjectWorkspaces(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	plain, _ := create(t, s, "plain", base)
-	ws := createGit(t, s, "git-one", "prj_a", "main", api.StateProvisioning, base.Add(time.Second))
+	ws := createGit(t, s, "git-one", "prj_a", "tether/one", api.StateProvisioning, base.Add(time.Second))
 	got, err := s.GetWorkspace(ctx, ws.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -146,9 +146,10 @@ func testProjectWorkspaces(t *testing.T, s store.Store) {
 
 	// Project a: several workspaces on main and one on a feature branch; project b shares the
 	// branch name.
-	closed := createGit(t, s, "git-closed", "prj_a", "main", api.StateClosed, base.Add(3*time.Second))
+	// (A branch has one live workspace at a time: the failed and deleted ones are made first.)
 	failed := createGit(t, s, "git-failed", "prj_a", "main", api.StateFailed, base.Add(5*time.Second))
 	createGit(t, s, "git-deleted", "prj_a", "main", api.StateDeleted, base.Add(6*time.Second))
+	closed := createGit(t, s, "git-closed", "prj_a", "main", api.StateClosed, base.Add(3*time.Second))
 	feature := createGit(t, s, "git-feature", "prj_a", "tether/feature", api.StateReady, base.Add(2*time.Second))
 	other := createGit(t, s, "git-other", "prj_b", "main", api.StateReady, base.Add(7*time.Second))
 
@@ -192,21 +193,21 @@ func testProjectWorkspaces(t *testing.T, s store.Store) {
 			t.Fatalf("OpenWorkspaceFor(%q, %q) found %s", c[0], c[1], got.ID)
 		}
 	}
-	// A newer open one takes over; once it fails, the older one is found again.
-	newer := createGit(t, s, "git-newer", "prj_a", "main", api.StateReady, base.Add(8*time.Second))
-	if got, ok := open("prj_a", "main"); !ok || got.ID != newer.ID {
-		t.Fatalf("open workspace on main = %s (ok %v); want the newest %s", got.ID, ok, newer.ID)
-	}
-	if err := s.UpdateWorkspace(ctx, newer.ID, api.StateFailed, "boom", "test"); err != nil {
-		t.Fatal(err)
-	}
-	if got, ok := open("prj_a", "main"); !ok || got.ID != closed.ID {
-		t.Fatalf("open workspace on main after the newest failed = %s (ok %v); want %s", got.ID, ok, closed.ID)
+	// A second live workspace on a branch is refused while one lives (closed counts); once that
+	// one is deleted the branch is free, and a failed one gives it back too.
+	w2, a2 := Fixture("git-newer", base.Add(8*time.Second), fmt.Sprintf("bootstrap-newer-%d", seq.Add(1)))
+	w2.Git = &api.WorkspaceGit{ProjectID: "prj_a", Mode: api.ModeShared, Strategy: api.StrategyWorktree, Branch: "main", BaseRef: "main"}
+	if err := s.CreateWorkspace(ctx, w2, a2); protocol.CodeOf(err) != protocol.CodeConflict {
+		t.Fatalf("a second live workspace on prj_a's main: %v", err)
 	}
 	if err := s.UpdateWorkspace(ctx, closed.ID, api.StateDeleted, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, "", "test"); err != nil {
+	newer := createGit(t, s, "git-newer", "prj_a", "main", api.StateReady, base.Add(8*time.Second))
+	if got, ok := open("prj_a", "main"); !ok || got.ID != newer.ID {
+		t.Fatalf("open workspace on main = %s (ok %v); want %s", got.ID, ok, newer.ID)
+	}
+	if err := s.UpdateWorkspace(ctx, newer.ID, api.StateFailed, "boom", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := open("prj_a", "main"); ok {
