@@ -84,9 +84,18 @@ func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCh
 	if err := os.Mkdir(dotPath, 0o755); err != nil {
 		return err
 	}
-	s := filesystem.NewStorageWithOptions(osfs.New(dotPath, osfs.WithBoundOS()), cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
+	// The pack stays open while the checkout reads every blob from it, instead of being opened
+	// (its path resolved, its header read) once per object.
+	s := filesystem.NewStorageWithOptions(osfs.New(dotPath, osfs.WithBoundOS()), cache.NewObjectLRU(objectCacheSize),
+		filesystem.Options{MaxOpenDescriptors: 4})
+	defer s.Close()
 	branch := plumbing.NewBranchReferenceName(args.Branch)
-	r, err := git.InitWithOptions(s, osfs.New(root, osfs.WithBoundOS()), git.InitOptions{DefaultBranch: branch})
+	wt, err := newGuardFS(root)
+	if err != nil {
+		return err
+	}
+	defer wt.Close()
+	r, err := git.InitWithOptions(s, wt, git.InitOptions{DefaultBranch: branch})
 	if err != nil {
 		return fmt.Errorf("git init: %w", err)
 	}

@@ -6,10 +6,11 @@
 // fast-forward, guarded by a compare-and-swap on the ref), and a tree with uncommitted work is
 // never touched.
 //
-// The workspace's files are reached through go-git's BoundOS filesystem, which resolves every
-// path inside the workspace root: a symlink committed or planted in the tree cannot send a
-// write outside it. The git directory named by a linked worktree's .git file lies outside the
-// root by construction (it is the base clone's) and is used where it says.
+// The workspace's files are reached through guardFS, go-git's view of an fsguard.Root: every
+// path is resolved beneath the workspace root without following any symlink, so a symlink
+// committed or planted in the tree cannot send a write outside it. The git directory named by
+// a linked worktree's .git file lies outside the root by construction (it is the base clone's)
+// and is used where it says.
 package gitops
 
 import (
@@ -128,6 +129,14 @@ type repo struct {
 	// root is the worktree; gitDir holds HEAD and the index, commonDir the refs, objects and
 	// config (the same directory unless linked).
 	root, gitDir, commonDir string
+	// wt is the worktree's filesystem, open until close.
+	wt *guardFS
+}
+
+func (r *repo) close() {
+	if r.wt != nil {
+		r.wt.Close()
+	}
 }
 
 // open opens the repository whose worktree is root. A linked worktree's git directory and its
@@ -170,9 +179,12 @@ func open(root string) (*repo, error) {
 		out.commonDir = common.Root()
 	}
 	out.storage = filesystem.NewStorageWithOptions(repoFS, cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
-	wt := osfs.New(root, osfs.WithBoundOS())
-	out.Repository, err = git.Open(out.storage, wt)
+	if out.wt, err = newGuardFS(root); err != nil {
+		return nil, err
+	}
+	out.Repository, err = git.Open(out.storage, out.wt)
 	if err != nil {
+		out.close()
 		return nil, protocol.Errorf(protocol.CodeCorrupt, "open the repository: %v", err)
 	}
 	return out, nil

@@ -30,6 +30,7 @@ func Inspect(ctx context.Context, root string, baseCommit string) (protocol.GitS
 	if err != nil {
 		return protocol.GitStatus{}, err
 	}
+	defer r.close()
 	return inspect(ctx, r, base)
 }
 

@@ -138,6 +138,7 @@ func TestAheadBehindMatchesGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.close()
 	diverged := 0
 	for range 60 {
 		a, b := commits[rng.IntN(len(commits))], commits[rng.IntN(len(commits))]

@@ -39,6 +39,7 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 	if err != nil {
 		return out, err
 	}
+	defer r.close()
 	if pack != nil {
 		// Objects live in the common directory. The pack goes there through a storage of that
 		// directory alone: go-git's pack writer loses its temporary file when it goes through
@@ -163,7 +164,7 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 	}
 
 	s := &ffStorer{Storage: r.storage, branch: branch, target: commit}
-	ff, err := git.Open(s, osfs.New(r.root, osfs.WithBoundOS()))
+	ff, err := git.Open(s, r.wt)
 	if err != nil {
 		return false, err
 	}

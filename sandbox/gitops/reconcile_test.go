@@ -264,6 +264,7 @@ func TestFastForwardUnderLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.close()
 	ws := plumbingBranch("ws")
 	noLocks := func() {
 		t.Helper()
