@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -283,24 +282,15 @@ func (s *Server) dropCheckout(ctx context.Context, ws api.Workspace, branch bool
 	if ws.Git == nil || ws.Git.Strategy != api.StrategyWorktree {
 		return
 	}
-	p, err := s.store.GetProject(ctx, ws.Git.ProjectID)
-	if err != nil {
-		return
-	}
-	unlock := s.projectLocks.lock(p.ID)
-	defer unlock()
-	dir := s.baseClonePath(p.ID)
-	if _, err := os.Stat(dir); err != nil {
-		return
-	}
-	repo := &gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}
-	_ = repo.PruneWorktrees(ctx)
-	if !branch {
-		return
-	}
-	if err := repo.DeleteBranch(ctx, ws.Git.Branch); err != nil {
-		s.log.Warn("delete workspace branch", "workspace", ws.ID, "branch", ws.Git.Branch, "err", err)
-	}
+	s.withBaseClone(ctx, ws.Git.ProjectID, func(repo *gitsource.Repo) {
+		_ = repo.PruneWorktrees(ctx)
+		if !branch {
+			return
+		}
+		if err := repo.DeleteBranch(ctx, ws.Git.Branch); err != nil {
+			s.log.Warn("delete workspace branch", "workspace", ws.ID, "branch", ws.Git.Branch, "err", err)
+		}
+	})
 }
 
 // teardown runs the workspace's teardown commands before its allocation is released. A failing

@@ -226,9 +226,14 @@ func (s *Server) finishReclaim(ctx context.Context, id string) (api.Workspace, e
 	return s.workspace(ctx, id)
 }
 
-// pruneWorktrees drops the base clone's registrations of worktrees whose allocations are gone. A
-// base clone a sweep removed is not cloned again for this.
+// pruneWorktrees drops the base clone's registrations of worktrees whose allocations are gone.
 func (s *Server) pruneWorktrees(ctx context.Context, projectID string) {
+	s.withBaseClone(ctx, projectID, func(repo *gitsource.Repo) { _ = repo.PruneWorktrees(ctx) })
+}
+
+// withBaseClone calls fn with the project's base clone under the project's lock, if the clone is
+// on disk: housekeeping never clones a base clone a sweep removed just to tidy it.
+func (s *Server) withBaseClone(ctx context.Context, projectID string, fn func(repo *gitsource.Repo)) {
 	p, err := s.store.GetProject(ctx, projectID)
 	if err != nil {
 		return
@@ -239,7 +244,7 @@ func (s *Server) pruneWorktrees(ctx context.Context, projectID string) {
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
-	_ = (&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}).PruneWorktrees(ctx)
+	fn(&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()})
 }
 
 func (s *Server) gcFault(step string) error {

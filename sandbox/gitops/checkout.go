@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/gitstate"
 )
 
 // originRef is where the source's base ref is recorded: the name a clone of the source would
@@ -113,7 +114,7 @@ func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCh
 			return protocol.Errorf(protocol.CodeCorrupt, "the pack does not hold commit %s", c)
 		}
 	}
-	if err := checkHistory(ctx, rp, commit, base); err != nil {
+	if err := gitstate.CheckHistory(ctx, rp, commit, base); err != nil {
 		return err
 	}
 	if err := s.SetReference(plumbing.NewHashReference(branch, commit)); err != nil {

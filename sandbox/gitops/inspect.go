@@ -1,18 +1,16 @@
 package gitops
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/gitstate"
 )
 
 // Inspect reads the repository at root: HEAD, its branch and upstream, the counts of staged,
@@ -59,7 +57,7 @@ func inspect(ctx context.Context, r *repo, base plumbing.Hash) (protocol.GitStat
 	}
 	if !against.IsZero() && !head.IsZero() {
 		out.BaseKnown = true
-		if out.Ahead, out.Behind, err = aheadBehind(ctx, r, head, against); err != nil {
+		if out.Ahead, out.Behind, err = gitstate.AheadBehind(ctx, r, head, against); err != nil {
 			return out, err
 		}
 	}
@@ -101,21 +99,7 @@ func upstream(r *repo, branch plumbing.ReferenceName) (string, plumbing.Hash) {
 	if err != nil {
 		return "", plumbing.ZeroHash
 	}
-	b, ok := cfg.Branches[branch.Short()]
-	if !ok || b.Merge == "" || b.Remote == "" {
-		return "", plumbing.ZeroHash
-	}
-	var up plumbing.ReferenceName
-	if b.Remote == "." {
-		up = b.Merge
-	} else if rc, ok := cfg.Remotes[b.Remote]; ok {
-		for _, rs := range rc.Fetch {
-			if rs.Match(b.Merge) {
-				up = rs.Dst(b.Merge)
-				break
-			}
-		}
-	}
+	up := gitstate.UpstreamRef(cfg, branch)
 	if up == "" {
 		return "", plumbing.ZeroHash
 	}
@@ -172,14 +156,5 @@ func (r *repo) excludes() ([]gitignore.Pattern, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var ps []gitignore.Pattern
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		ps = append(ps, gitignore.ParsePattern(line, nil))
-	}
-	return ps, sc.Err()
+	return gitstate.ParseExcludes(f)
 }

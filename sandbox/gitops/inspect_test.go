@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/gitstate"
 )
 
 // Inspect counts as `git status` does and counts ahead/behind through a merge: the workspace
@@ -142,7 +143,7 @@ func TestAheadBehindMatchesGit(t *testing.T) {
 	diverged := 0
 	for range 60 {
 		a, b := commits[rng.IntN(len(commits))], commits[rng.IntN(len(commits))]
-		ah, bh, err := aheadBehind(context.Background(), r, mustHash(t, a), mustHash(t, b))
+		ah, bh, err := gitstate.AheadBehind(context.Background(), r, mustHash(t, a), mustHash(t, b))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,13 +154,13 @@ func TestAheadBehindMatchesGit(t *testing.T) {
 		if ah > 0 && bh > 0 {
 			diverged++
 		}
-		ok, err := reachable(context.Background(), r, mustHash(t, b), mustHash(t, a))
+		ok, err := gitstate.Reachable(context.Background(), r, mustHash(t, b), mustHash(t, a))
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, gitErr := runIn(t, dir, nil, "merge-base", "--is-ancestor", a, b)
 		if ok != (gitErr == nil) {
-			t.Fatalf("reachable(%s from %s) = %v, git says %v", a[:8], b[:8], ok, gitErr == nil)
+			t.Fatalf("gitstate.Reachable(%s from %s) = %v, git says %v", a[:8], b[:8], ok, gitErr == nil)
 		}
 	}
 	if diverged < 10 {

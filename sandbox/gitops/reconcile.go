@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/gitstate"
 )
 
 // Reconcile takes the base ref's new commit args.Commit into the repository at root. The pack,
@@ -68,7 +69,7 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 		return out, protocol.Errorf(protocol.CodeConflict, "HEAD has no commit yet; nothing to reconcile")
 	}
 	out.Before, out.After = head.String(), head.String()
-	if out.Ahead, out.Behind, err = aheadBehind(ctx, r, head, commit); err != nil {
+	if out.Ahead, out.Behind, err = gitstate.AheadBehind(ctx, r, head, commit); err != nil {
 		return out, err
 	}
 	switch {
@@ -93,7 +94,7 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 		return out, nil
 	}
 	// The counts rest on commit dates; moving the branch rests on reachability alone.
-	if ok, err := reachable(ctx, r, commit, head); err != nil {
+	if ok, err := gitstate.Reachable(ctx, r, commit, head); err != nil {
 		return out, err
 	} else if !ok {
 		out.Action = protocol.GitDiverged

@@ -6,7 +6,7 @@ package gitstate
 
 import (
 	"bufio"
-	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 )
 
@@ -98,21 +98,7 @@ func (r *Repo) upstream(st *State, branch plumbing.ReferenceName, head plumbing.
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	b, ok := cfg.Branches[branch.Short()]
-	if !ok || b.Remote == "" || b.Merge == "" {
-		return nil
-	}
-	var up plumbing.ReferenceName
-	if b.Remote == "." {
-		up = b.Merge
-	} else if rc, ok := cfg.Remotes[b.Remote]; ok {
-		for _, rs := range rc.Fetch {
-			if rs.Match(b.Merge) {
-				up = rs.Dst(b.Merge)
-				break
-			}
-		}
-	}
+	up := UpstreamRef(cfg, branch)
 	if up == "" {
 		return nil
 	}
@@ -124,8 +110,28 @@ func (r *Repo) upstream(st *State, branch plumbing.ReferenceName, head plumbing.
 	if err != nil {
 		return fmt.Errorf("resolve upstream %s: %w", up, err)
 	}
-	st.Ahead, st.Behind, err = r.aheadBehind(head, ref.Hash())
+	st.Ahead, st.Behind, err = AheadBehind(context.Background(), r.Repo, head, ref.Hash())
 	return err
+}
+
+// UpstreamRef is the ref branch's upstream is tracked in, as Git reads it: branch.<b>.merge
+// mapped through the remote's fetch refspecs (or taken as is for remote "."); "" when none.
+func UpstreamRef(cfg *config.Config, branch plumbing.ReferenceName) plumbing.ReferenceName {
+	b, ok := cfg.Branches[branch.Short()]
+	if !ok || b.Remote == "" || b.Merge == "" {
+		return ""
+	}
+	if b.Remote == "." {
+		return b.Merge
+	}
+	if rc, ok := cfg.Remotes[b.Remote]; ok {
+		for _, rs := range rc.Fetch {
+			if rs.Match(b.Merge) {
+				return rs.Dst(b.Merge)
+			}
+		}
+	}
+	return ""
 }
 
 // status counts paths by their state, with go-git's worktree status (which
@@ -170,8 +176,13 @@ func (r *Repo) excludes() ([]gitignore.Pattern, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ParseExcludes(f)
+}
+
+// ParseExcludes reads exclude patterns in gitignore syntax (info/exclude), at most 1 MiB.
+func ParseExcludes(r io.Reader) ([]gitignore.Pattern, error) {
 	var ps []gitignore.Pattern
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
 	for sc.Scan() {
 		line := strings.TrimRight(sc.Text(), "\r")
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
@@ -180,81 +191,4 @@ func (r *Repo) excludes() ([]gitignore.Pattern, error) {
 		ps = append(ps, gitignore.ParsePattern(line, nil))
 	}
 	return ps, sc.Err()
-}
-
-// aheadBehind counts commits reachable from a but not b, and from b but
-// not a, walking both histories newest first and stopping once every
-// commit still queued is reachable from both sides (as git does).
-func (r *Repo) aheadBehind(a, b plumbing.Hash) (ahead, behind int, err error) {
-	if a == b {
-		return 0, 0, nil
-	}
-	const fromA, fromB = 1, 2
-	flags := map[plumbing.Hash]uint8{}
-	q := &commitQueue{}
-	push := func(h plumbing.Hash, f uint8) error {
-		old := flags[h]
-		if old|f == old {
-			return nil
-		}
-		c, err := object.GetCommit(r.Store, h)
-		if err != nil {
-			return fmt.Errorf("read commit %s: %w", h, err)
-		}
-		flags[h] = old | f
-		heap.Push(q, c)
-		return nil
-	}
-	if err := push(a, fromA); err != nil {
-		return 0, 0, err
-	}
-	if err := push(b, fromB); err != nil {
-		return 0, 0, err
-	}
-	for q.Len() > 0 && q.anyUnsettled(flags) {
-		c := heap.Pop(q).(*object.Commit)
-		f := flags[c.Hash]
-		for _, p := range c.ParentHashes {
-			if err := push(p, f); err != nil {
-				if errors.Is(err, plumbing.ErrObjectNotFound) {
-					continue // shallow history ends here
-				}
-				return 0, 0, err
-			}
-		}
-	}
-	for _, f := range flags {
-		switch f {
-		case fromA:
-			ahead++
-		case fromB:
-			behind++
-		}
-	}
-	return ahead, behind, nil
-}
-
-// commitQueue is a max-heap of commits by committer time.
-type commitQueue []*object.Commit
-
-func (q commitQueue) Len() int { return len(q) }
-func (q commitQueue) Less(i, j int) bool {
-	return q[i].Committer.When.After(q[j].Committer.When)
-}
-func (q commitQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *commitQueue) Push(x any)   { *q = append(*q, x.(*object.Commit)) }
-func (q *commitQueue) Pop() any {
-	old := *q
-	c := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return c
-}
-
-func (q commitQueue) anyUnsettled(flags map[plumbing.Hash]uint8) bool {
-	for _, c := range q {
-		if flags[c.Hash] != 3 {
-			return true
-		}
-	}
-	return false
 }

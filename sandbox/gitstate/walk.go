@@ -1,4 +1,4 @@
-package gitops
+package gitstate
 
 import (
 	"container/heap"
@@ -53,15 +53,20 @@ func (q *walkQueue) Pop() any {
 	return it
 }
 
+// Commits reads commit objects: a *git.Repository, or anything embedding one.
+type Commits interface {
+	CommitObject(h plumbing.Hash) (*object.Commit, error)
+}
+
 // walker walks commits of one repository, reading each commit once.
 type walker struct {
-	r       *repo
+	r       Commits
 	commits map[plumbing.Hash]*object.Commit
 	q       walkQueue
 	seq     int
 }
 
-func newWalker(r *repo) *walker {
+func newWalker(r Commits) *walker {
 	return &walker{r: r, commits: map[plumbing.Hash]*object.Commit{}}
 }
 
@@ -109,9 +114,9 @@ func (w *walker) enqueue(h plumbing.Hash, c *object.Commit) {
 	heap.Push(&w.q, walkItem{h: h, when: c.Committer.When, seq: w.seq})
 }
 
-// aheadBehind counts the commits reachable from a and not from b (ahead) and from b and not
+// AheadBehind counts the commits reachable from a and not from b (ahead) and from b and not
 // from a (behind). Merges count once, whatever number of parents lead to them.
-func aheadBehind(ctx context.Context, r *repo, a, b plumbing.Hash) (ahead, behind int, err error) {
+func AheadBehind(ctx context.Context, r Commits, a, b plumbing.Hash) (ahead, behind int, err error) {
 	if a == b {
 		return 0, 0, nil
 	}
@@ -180,10 +185,10 @@ func (w *walker) interesting(paint map[plumbing.Hash]uint8) bool {
 	return false
 }
 
-// reachable says whether ancestor is reachable from tip (tip itself included). It walks until it
+// Reachable says whether ancestor is reachable from tip (tip itself included). It walks until it
 // finds ancestor or runs out of history, without relying on dates, because moving a branch
 // depends on the answer.
-func reachable(ctx context.Context, r *repo, tip, ancestor plumbing.Hash) (bool, error) {
+func Reachable(ctx context.Context, r Commits, tip, ancestor plumbing.Hash) (bool, error) {
 	if tip == ancestor {
 		return true, nil
 	}
@@ -219,11 +224,11 @@ func reachable(ctx context.Context, r *repo, tip, ancestor plumbing.Hash) (bool,
 	return false, nil
 }
 
-// checkHistory makes sure every ancestor commit of tips is in the repository: a pack made with
+// CheckHistory makes sure every ancestor commit of tips is in the repository: a pack made with
 // "have"s the receiver does not have leaves holes Git would later trip on (git log, git fsck),
 // with no shallow file to explain them. Trees of older commits are not walked: that would be a
 // full fsck.
-func checkHistory(ctx context.Context, r *repo, tips ...plumbing.Hash) error {
+func CheckHistory(ctx context.Context, r Commits, tips ...plumbing.Hash) error {
 	seen := map[plumbing.Hash]bool{}
 	var stack []plumbing.Hash
 	for _, t := range tips {
