@@ -148,7 +148,7 @@ func countChanges(ctx context.Context, r *repo, out *protocol.GitStatus) error {
 // excludes reads info/exclude, which go-git's status leaves to its caller (it reads the
 // .gitignore files itself).
 func (r *repo) excludes() ([]gitignore.Pattern, error) {
-	f, err := os.Open(filepath.Join(r.commonDir, "info", "exclude"))
+	f, err := r.gitFiles().openFile(filepath.Join(r.commonDir, "info", "exclude"), os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

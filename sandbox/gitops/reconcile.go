@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -143,16 +144,17 @@ func checkReconcile(args protocol.GitReconcileArgs) (plumbing.Hash, error) {
 // `git merge --ff-only`: a failure half-way leaves the branch where it was and the difference
 // visible as uncommitted changes, never a commit lost.
 func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, head, commit plumbing.Hash) (moved bool, err error) {
-	idxLock, err := lockFile(filepath.Join(r.gitDir, "index"))
+	files := r.gitFiles()
+	idxLock, err := lockFile(files, filepath.Join(r.gitDir, "index"))
 	if err != nil {
 		return false, err
 	}
 	defer idxLock.release()
 	refPath := filepath.Join(r.commonDir, filepath.FromSlash(branch.String()))
-	if err := os.MkdirAll(filepath.Dir(refPath), 0o755); err != nil {
+	if err := files.mkdirAll(filepath.Dir(refPath)); err != nil {
 		return false, err
 	}
-	refLock, err := lockFile(refPath)
+	refLock, err := lockFile(files, refPath)
 	if err != nil {
 		return false, err
 	}
@@ -187,7 +189,7 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 	if !s.refAsked || s.idx == nil {
 		return false, fmt.Errorf("fast-forward: go-git did not update %s", branch)
 	}
-	if err := idxLock.commit(func(f *os.File) error {
+	if err := idxLock.commit(func(f io.Writer) error {
 		bw := bufio.NewWriter(f)
 		if err := index.NewEncoder(bw).Encode(s.idx); err != nil {
 			return err
@@ -196,7 +198,7 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 	}); err != nil {
 		return false, fmt.Errorf("write the index: %w", err)
 	}
-	if err := refLock.commit(func(f *os.File) error {
+	if err := refLock.commit(func(f io.Writer) error {
 		_, err := fmt.Fprintf(f, "%s\n", commit)
 		return err
 	}); err != nil {
@@ -204,8 +206,8 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 	}
 	if logRefs(r) {
 		msg := "tether: fast-forward to the base"
-		appendReflog(filepath.Join(r.commonDir, "logs", filepath.FromSlash(branch.String())), head, commit, msg)
-		appendReflog(filepath.Join(r.gitDir, "logs", "HEAD"), head, commit, msg)
+		appendReflog(files, filepath.Join(r.commonDir, "logs", filepath.FromSlash(branch.String())), head, commit, msg)
+		appendReflog(files, filepath.Join(r.gitDir, "logs", "HEAD"), head, commit, msg)
 	}
 	return true, nil
 }
@@ -256,16 +258,17 @@ func (s *ffStorer) SetIndex(idx *index.Index) error {
 
 // setRef points name at h under Git's lock on the ref.
 func setRef(r *repo, name plumbing.ReferenceName, h plumbing.Hash) error {
+	files := r.gitFiles()
 	p := filepath.Join(r.commonDir, filepath.FromSlash(name.String()))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := files.mkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}
-	l, err := lockFile(p)
+	l, err := lockFile(files, p)
 	if err != nil {
 		return err
 	}
 	defer l.release()
-	return l.commit(func(f *os.File) error {
+	return l.commit(func(f io.Writer) error {
 		_, err := fmt.Fprintf(f, "%s\n", h)
 		return err
 	})
@@ -274,33 +277,34 @@ func setRef(r *repo, name plumbing.ReferenceName, h plumbing.Hash) error {
 // gitLock is Git's lock on a file: NAME.lock created exclusively, written, then renamed over
 // NAME. Git takes the same lock, so the two never write at once.
 type gitLock struct {
-	name string
-	f    *os.File
-	done bool
+	files gitFiles
+	name  string
+	f     billy.File
+	done  bool
 }
 
-func lockFile(name string) (*gitLock, error) {
-	f, err := os.OpenFile(name+".lock", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+func lockFile(files gitFiles, name string) (*gitLock, error) {
+	f, err := files.openFile(name+".lock", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, os.ErrExist) {
 		return nil, protocol.Errorf(protocol.CodeGitBusy, "%s.lock exists: a Git command is running (or crashed; remove the lock if no git process is running)", filepath.Base(name))
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &gitLock{name: name, f: f}, nil
+	return &gitLock{files: files, name: name, f: f}, nil
 }
 
 // commit writes the new content into the lock file and renames it into place.
-func (l *gitLock) commit(write func(*os.File) error) error {
+func (l *gitLock) commit(write func(io.Writer) error) error {
 	err := write(l.f)
-	if err == nil {
-		err = l.f.Sync()
+	if s, ok := l.f.(interface{ Sync() error }); ok && err == nil {
+		err = s.Sync()
 	}
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(l.name+".lock", l.name)
+		err = l.files.rename(l.name+".lock", l.name)
 	}
 	if err != nil {
 		return err
@@ -314,16 +318,16 @@ func (l *gitLock) release() {
 		return
 	}
 	l.f.Close()
-	os.Remove(l.name + ".lock")
+	_ = l.files.remove(l.name + ".lock")
 }
 
 // appendReflog adds the move to a reflog, so `git reflog` shows where the branch was. It is
 // best effort: a reflog is a convenience, the move is done.
-func appendReflog(name string, from, to plumbing.Hash, msg string) {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+func appendReflog(files gitFiles, name string, from, to plumbing.Hash, msg string) {
+	if err := files.mkdirAll(filepath.Dir(name)); err != nil {
 		return
 	}
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := files.openFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return
 	}

@@ -1,0 +1,73 @@
+package gitops
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Symlinks planted in a workspace repository's .git never carry the runner's own writes (locks,
+// refs, reflogs) outside the workspace: each case would write outside without the guard.
+func TestReconcileNeverWritesThroughPlantedLinks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, git, outDir string)
+	}{
+		{"refs/heads is a link out", func(t *testing.T, git, outDir string) {
+			// The ref go-git reads stays where a scoped lookup finds it; the raw write would
+			// follow the link.
+			scoped := filepath.Join(git, strings.TrimPrefix(outDir, "/"))
+			mustDo(t, os.MkdirAll(scoped, 0o755))
+			head, err := os.ReadFile(filepath.Join(git, "refs", "heads", "ws"))
+			mustDo(t, err)
+			mustDo(t, os.WriteFile(filepath.Join(scoped, "victim.txt"), head, 0o644))
+			mustDo(t, os.RemoveAll(filepath.Join(git, "refs", "heads")))
+			mustDo(t, os.Symlink(outDir, filepath.Join(git, "refs", "heads")))
+			mustDo(t, os.WriteFile(filepath.Join(git, "HEAD"), []byte("ref: refs/heads/victim.txt\n"), 0o644))
+		}},
+		{"logs/HEAD is a link to a file outside", func(t *testing.T, git, outDir string) {
+			mustDo(t, os.MkdirAll(filepath.Join(git, "logs"), 0o755))
+			_ = os.Remove(filepath.Join(git, "logs", "HEAD"))
+			mustDo(t, os.Symlink(filepath.Join(outDir, "victim.txt"), filepath.Join(git, "logs", "HEAD")))
+		}},
+		{"refs/remotes/origin is a link out", func(t *testing.T, git, outDir string) {
+			mustDo(t, os.RemoveAll(filepath.Join(git, "refs", "remotes", "origin")))
+			mustDo(t, os.Symlink(outDir, filepath.Join(git, "refs", "remotes", "origin")))
+		}},
+		{"info/exclude is a link to a file outside", func(t *testing.T, git, outDir string) {
+			mustDo(t, os.MkdirAll(filepath.Join(git, "info"), 0o755))
+			_ = os.Remove(filepath.Join(git, "info", "exclude"))
+			mustDo(t, os.Symlink(filepath.Join(outDir, "victim.txt"), filepath.Join(git, "info", "exclude")))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, root, base := cloned(t)
+			next, p := advance(t, src, base)
+			outDir := t.TempDir()
+			victim := filepath.Join(outDir, "victim.txt")
+			mustDo(t, os.WriteFile(victim, []byte("precious\n"), 0o644))
+			tc.plant(t, filepath.Join(root, ".git"), outDir)
+			_, _ = Reconcile(context.Background(), root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true})
+			if got, err := os.ReadFile(victim); err != nil || string(got) != "precious\n" {
+				t.Fatalf("the file outside changed: %q %v", got, err)
+			}
+			entries, err := os.ReadDir(outDir)
+			mustDo(t, err)
+			if len(entries) != 1 {
+				t.Fatalf("files appeared outside the workspace: %v", entries)
+			}
+		})
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
