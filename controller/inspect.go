@@ -80,7 +80,7 @@ func (s *Server) headState(ctx context.Context, ws api.Workspace, baseCommit str
 	if ws.State == api.StateReady {
 		if c, ok := s.hub.Get(ws.AllocationID); ok {
 			var st protocol.GitStatus
-			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
+			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit, AllowLinked: ws.Git.Strategy == api.StrategyWorktree}, &st)
 			return st, "live", err
 		}
 	}
@@ -119,11 +119,12 @@ func (s *Server) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st protocol.GitStatus
-	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st); err != nil {
+	linked := ws.Git.Strategy == api.StrategyWorktree // only a worktree checkout may name a git dir elsewhere
+	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit, AllowLinked: linked}, &st); err != nil {
 		writeError(w, err)
 		return
 	}
-	args := protocol.GitReconcileArgs{BaseRef: ws.Git.BaseRef, Commit: baseCommit}
+	args := protocol.GitReconcileArgs{BaseRef: ws.Git.BaseRef, Commit: baseCommit, AllowLinked: linked}
 	var reply protocol.GitReconcileReply
 	if st.Linked {
 		// A linked worktree shares the base clone's objects: the fetch already brought them.

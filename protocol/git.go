@@ -45,6 +45,10 @@ type GitCheckoutArgs struct {
 // any.
 type GitInspectArgs struct {
 	BaseCommit string `json:"base_commit,omitempty"`
+	// AllowLinked: the workspace may be a linked worktree whose git directory lies outside it
+	// (the controller checked it out so). Otherwise a .git file naming another directory is
+	// refused: in a sandbox it could only lead the runner out of the workspace.
+	AllowLinked bool `json:"allow_linked,omitempty"`
 }
 
 // GitStatus is what the runner reads of a workspace's repository.
@@ -72,6 +76,8 @@ type GitReconcileArgs struct {
 	BaseRef string `json:"base_ref"`
 	Commit  string `json:"commit"` // the base ref's commit at the source
 	HasPack bool   `json:"has_pack,omitempty"`
+	// AllowLinked as in GitInspectArgs.
+	AllowLinked bool `json:"allow_linked,omitempty"`
 }
 
 // Reconcile actions.

@@ -77,7 +77,7 @@ func (r *Runner) gitInspect(ctx context.Context, h protocol.Header) (protocol.Gi
 	if err != nil {
 		return protocol.GitStatus{}, err
 	}
-	return gitops.Inspect(ctx, root, args.BaseCommit)
+	return gitops.Inspect(ctx, root, args)
 }
 
 // gitReconcile takes the base ref's new commit, with a pack body of the objects the workspace may

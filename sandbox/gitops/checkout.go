@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-billy/v5"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -48,7 +48,7 @@ func CloneFromPack(ctx context.Context, root string, pack io.Reader, args protoc
 		emptyDir(root)
 		return protocol.GitStatus{}, err
 	}
-	return Inspect(ctx, root, args.BaseCommit)
+	return Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: args.BaseCommit})
 }
 
 // CheckClone refuses, before any pack is read, what CloneFromPack would refuse without one:
@@ -81,21 +81,27 @@ func checkCloneArgs(args protocol.GitCheckoutArgs) (commit, base plumbing.Hash, 
 }
 
 func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCheckoutArgs, commit, base plumbing.Hash) error {
-	dotPath := filepath.Join(root, git.GitDirName)
-	if err := os.Mkdir(dotPath, 0o755); err != nil {
-		return err
-	}
 	// The pack stays open while the checkout reads every blob from it, instead of being opened
 	// (its path resolved, its header read) once per object.
-	s := filesystem.NewStorageWithOptions(osfs.New(dotPath, osfs.WithBoundOS()), cache.NewObjectLRU(objectCacheSize),
-		filesystem.Options{MaxOpenDescriptors: 4})
-	defer s.Close()
 	branch := plumbing.NewBranchReferenceName(args.Branch)
 	wt, err := newGuardFS(root)
 	if err != nil {
 		return err
 	}
 	defer wt.Close()
+	if err := wt.MkdirAll(git.GitDirName, 0o755); err != nil {
+		return err
+	}
+	// .git is pinned by descriptor: a directory swapped for a symlink meanwhile cannot redirect
+	// the pack, the refs or the config anywhere else.
+	dot, err := wt.sub(git.GitDirName)
+	if err != nil {
+		return err
+	}
+	defer dot.Close()
+	s := filesystem.NewStorageWithOptions(dot, cache.NewObjectLRU(objectCacheSize),
+		filesystem.Options{MaxOpenDescriptors: 4})
+	defer s.Close()
 	r, err := git.InitWithOptions(s, wt, git.InitOptions{DefaultBranch: branch})
 	if err != nil {
 		return fmt.Errorf("git init: %w", err)
@@ -124,7 +130,7 @@ func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCh
 		if err := s.SetReference(plumbing.NewHashReference(originRef(args.BaseRef), base)); err != nil {
 			return err
 		}
-		if err := setTracking(r, dotPath, args.Branch, args.BaseRef); err != nil {
+		if err := setTracking(r, dot, args.Branch, args.BaseRef); err != nil {
 			return err
 		}
 	}
@@ -148,7 +154,7 @@ func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCh
 // config validation insists on a URL, so the file is written directly from go-git's own
 // encoding. (Git's other spelling of a local upstream, remote "." with merge refs/remotes/...,
 // is one go-git refuses to read at all.)
-func setTracking(r *git.Repository, dotPath, branch, baseRef string) error {
+func setTracking(r *git.Repository, dot billy.Filesystem, branch, baseRef string) error {
 	cfg, err := r.Config()
 	if err != nil {
 		return err
@@ -162,14 +168,14 @@ func setTracking(r *git.Repository, dotPath, branch, baseRef string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dotPath, "config"), b, 0o644)
+	return writeFileAtomic(dot, "config", b, 0o644)
 }
 
-// writeFileAtomic replaces name with data so that a reader sees the old or the new file, never a
-// half-written one.
-func writeFileAtomic(name string, data []byte, mode os.FileMode) error {
+// writeFileAtomic replaces name in fsys with data so that a reader sees the old or the new file,
+// never a half-written one.
+func writeFileAtomic(fsys billy.Filesystem, name string, data []byte, mode os.FileMode) error {
 	tmp := name + ".lock"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
@@ -178,10 +184,10 @@ func writeFileAtomic(name string, data []byte, mode os.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, name)
+		err = fsys.Rename(tmp, name)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = fsys.Remove(tmp)
 	}
 	return err
 }
@@ -236,7 +242,7 @@ func WorktreeAdd(ctx context.Context, gitBin, root string, args protocol.GitChec
 		}
 		return protocol.GitStatus{}, protocol.Errorf(code, "git worktree add: %v: %s", err, lastBytes(msg, 4096))
 	}
-	return Inspect(ctx, root, args.BaseCommit)
+	return Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: args.BaseCommit, AllowLinked: true})
 }
 
 // gitEnv is the runner's environment for a git command: no GIT_* variable of the runner's may

@@ -11,7 +11,7 @@ import (
 )
 
 // gitFiles is where the runner itself writes Git's files (locks, refs, the index, reflogs) and
-// reads info/exclude. A repository inside the workspace is reached through the worktree's guard,
+// reads info/exclude. A repository inside the workspace is reached through its pinned .git,
 // so a symlink or fifo planted in .git (refs/heads -> /elsewhere, logs/HEAD -> a file outside)
 // is refused instead of followed. A linked worktree's base repository lies outside the workspace
 // on the runner's host (the local provider): the controller made and manages it, and it is
@@ -22,10 +22,11 @@ type gitFiles struct {
 }
 
 func (r *repo) gitFiles() gitFiles {
-	if r.linked || r.wt == nil {
+	if r.dot == nil {
 		return gitFiles{fs: osfs.New("/"), root: "/"}
 	}
-	return gitFiles{fs: r.wt, root: r.root}
+	// Not linked: the git directory and the common one are both .git, pinned.
+	return gitFiles{fs: r.dot, root: r.gitDir}
 }
 
 // name maps an absolute path under the repository to fs's name for it.

@@ -71,3 +71,24 @@ func mustDo(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// In a repository of the workspace's own, a .git file or a commondir naming a directory
+// elsewhere is refused: only a linked worktree the controller made may have them.
+func TestGitDirElsewhereIsRefused(t *testing.T) {
+	ctx := context.Background()
+	_, root, base := cloned(t)
+	elsewhere := t.TempDir()
+	mustDo(t, os.WriteFile(filepath.Join(root, ".git", "commondir"), []byte(elsewhere+"\n"), 0o644))
+	if _, err := Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: base}); protocol.CodeOf(err) != protocol.CodeCorrupt {
+		t.Fatalf("commondir in a workspace repository: %v", err)
+	}
+	mustDo(t, os.Remove(filepath.Join(root, ".git", "commondir")))
+	mustDo(t, os.Rename(filepath.Join(root, ".git"), filepath.Join(root, "moved.git")))
+	mustDo(t, os.WriteFile(filepath.Join(root, ".git"), []byte("gitdir: "+filepath.Join(root, "moved.git")+"\n"), 0o644))
+	if _, err := Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: base}); protocol.CodeOf(err) != protocol.CodePathEscape {
+		t.Fatalf(".git file in a workspace that is no linked worktree: %v", err)
+	}
+	if _, err := Reconcile(ctx, root, nil, protocol.GitReconcileArgs{BaseRef: "main", Commit: base}); protocol.CodeOf(err) != protocol.CodePathEscape {
+		t.Fatalf("reconcile through a .git file: %v", err)
+	}
+}

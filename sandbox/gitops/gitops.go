@@ -129,11 +129,15 @@ type repo struct {
 	// root is the worktree; gitDir holds HEAD and the index, commonDir the refs, objects and
 	// config (the same directory unless linked).
 	root, gitDir, commonDir string
-	// wt is the worktree's filesystem, open until close.
-	wt *guardFS
+	// wt is the worktree's filesystem, and dot the pinned .git of a repository of the
+	// workspace's own (nil when linked), open until close.
+	wt, dot *guardFS
 }
 
 func (r *repo) close() {
+	if r.dot != nil {
+		r.dot.Close()
+	}
 	if r.wt != nil {
 		r.wt.Close()
 	}
@@ -141,7 +145,7 @@ func (r *repo) close() {
 
 // open opens the repository whose worktree is root. A linked worktree's git directory and its
 // common directory are read from where its .git file and commondir say, as Git does.
-func open(root string) (*repo, error) {
+func open(root string, allowLinked bool) (*repo, error) {
 	if !filepath.IsAbs(root) {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "workspace root %q is not absolute", root)
 	}
@@ -154,11 +158,29 @@ func open(root string) (*repo, error) {
 		return nil, err
 	}
 	out := &repo{root: root, gitDir: dotPath}
+	if out.wt, err = newGuardFS(root); err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			out.close()
+		}
+	}()
 	var dot, common billy.Filesystem
 	switch {
 	case fi.IsDir():
-		dot = osfs.New(dotPath, osfs.WithBoundOS())
+		// A repository inside the workspace is read and written through the guard, its .git
+		// pinned by descriptor: a symlink planted or swapped in is refused, never followed.
+		g, err := out.wt.sub(git.GitDirName)
+		if err != nil {
+			return nil, err
+		}
+		out.dot, dot = g, g
 	case fi.Mode().IsRegular():
+		if !allowLinked {
+			return nil, protocol.Errorf(protocol.CodePathEscape, ".git is a file naming a git directory elsewhere, and this workspace is not a linked worktree")
+		}
 		gitdir, err := readGitFile(root, dotPath)
 		if err != nil {
 			return nil, err
@@ -172,6 +194,11 @@ func open(root string) (*repo, error) {
 	if common, err = commonDir(dot); err != nil {
 		return nil, err
 	}
+	if common != nil && !out.linked {
+		// Only a linked worktree's git directory names a common one; in a repository of the
+		// workspace's own it could only lead the runner out of the workspace.
+		return nil, protocol.Errorf(protocol.CodeCorrupt, ".git/commondir is set in a repository that is not a linked worktree")
+	}
 	repoFS := dot
 	out.commonDir = out.gitDir
 	if common != nil {
@@ -179,14 +206,11 @@ func open(root string) (*repo, error) {
 		out.commonDir = common.Root()
 	}
 	out.storage = filesystem.NewStorageWithOptions(repoFS, cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
-	if out.wt, err = newGuardFS(root); err != nil {
-		return nil, err
-	}
 	out.Repository, err = git.Open(out.storage, out.wt)
 	if err != nil {
-		out.close()
 		return nil, protocol.Errorf(protocol.CodeCorrupt, "open the repository: %v", err)
 	}
+	opened = true
 	return out, nil
 }
 

@@ -1,10 +1,13 @@
 package gitops
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -25,8 +28,8 @@ import (
 //
 // Implemented: what go-git's worktree (checkout, reset, status, gitignore) calls — Create,
 // Open, OpenFile, Stat, Lstat, ReadDir, MkdirAll, Symlink, Readlink, Remove, Rename, Chmod,
-// Join, Root, Capabilities. Not implemented: TempFile (go-git's worktree wrapper refuses it
-// itself) and Chroot (only submodule repositories use it); both return billy.ErrNotSupported.
+// Join, Root, Capabilities, and TempFile for go-git's object store. Not implemented: Chroot
+// (only submodules and alternates use it: both are refused that way), billy.ErrNotSupported.
 // Stat never follows a link, so on a symlink it fails instead of describing the target.
 type guardFS struct {
 	root *fsguard.Root
@@ -246,7 +249,33 @@ func (g *guardFS) Chmod(name string, mode os.FileMode) error {
 	return pathErr("chmod", name, g.root.Chmod(rel(name), mode))
 }
 
-func (g *guardFS) TempFile(string, string) (billy.File, error) { return nil, billy.ErrNotSupported }
+// TempFile creates a new file exclusively in dir (go-git's object store writes packs and loose
+// objects this way, then renames them into place).
+func (g *guardFS) TempFile(dir, prefix string) (billy.File, error) {
+	for range 16 {
+		b := make([]byte, 8)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		name := path.Join(rel(dir), prefix+hex.EncodeToString(b))
+		f, err := g.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, pathErr("tempfile", dir, syscall.EEXIST)
+}
+
+// sub opens the directory rel beneath the root as a filesystem of its own, pinned: what is at rel
+// afterwards (a symlink swapped in) does not change where it reads and writes.
+func (g *guardFS) sub(rel string) (*guardFS, error) {
+	r, err := g.root.OpenDir(rel)
+	if err != nil {
+		return nil, pathErr("open", rel, err)
+	}
+	return &guardFS{root: r, dir: filepath.Join(g.dir, rel)}, nil
+}
 
 func (g *guardFS) Chroot(string) (billy.Filesystem, error) { return nil, billy.ErrNotSupported }
 

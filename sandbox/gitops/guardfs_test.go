@@ -172,8 +172,16 @@ func TestGuardFSNeverFollows(t *testing.T) {
 	}
 	rf.Unlock()
 	rf.Close()
-	if _, err := g.TempFile("", "x"); err != billy.ErrNotSupported {
-		t.Fatalf("TempFile: %v", err)
+	tf, err := g.TempFile("new", "tmp_")
+	if err != nil || !strings.HasPrefix(tf.Name(), "new/tmp_") {
+		t.Fatalf("TempFile: %v %v", tf, err)
+	}
+	tf.Close()
+	if _, err := g.TempFile("rel", "tmp_"); err == nil {
+		t.Fatal("TempFile through a link out: not refused")
+	}
+	if _, err := g.Chroot("new"); err != billy.ErrNotSupported {
+		t.Fatalf("Chroot: %v", err)
 	}
 	assertOutside(t, outside)
 }

@@ -16,15 +16,15 @@ import (
 // Inspect reads the repository at root: HEAD, its branch and upstream, the counts of staged,
 // unstaged and untracked files, and how far HEAD is ahead of and behind baseCommit when the
 // repository holds it, else the branch's upstream when it has one. It writes nothing.
-func Inspect(ctx context.Context, root string, baseCommit string) (protocol.GitStatus, error) {
+func Inspect(ctx context.Context, root string, args protocol.GitInspectArgs) (protocol.GitStatus, error) {
 	var base plumbing.Hash
-	if baseCommit != "" {
+	if args.BaseCommit != "" {
 		var err error
-		if base, err = parseCommit("base commit", baseCommit); err != nil {
+		if base, err = parseCommit("base commit", args.BaseCommit); err != nil {
 			return protocol.GitStatus{}, err
 		}
 	}
-	r, err := open(root)
+	r, err := open(root, args.AllowLinked)
 	if err != nil {
 		return protocol.GitStatus{}, err
 	}

@@ -37,7 +37,7 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 	if err != nil {
 		return out, err
 	}
-	r, err := open(root)
+	r, err := open(root, args.AllowLinked)
 	if err != nil {
 		return out, err
 	}

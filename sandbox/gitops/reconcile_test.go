@@ -35,7 +35,7 @@ func advance(t *testing.T, src, have string) (string, []byte) {
 func reconcile(t *testing.T, root string, p []byte, c string) protocol.GitReconcileReply {
 	t.Helper()
 	var body *bytes.Reader
-	args := protocol.GitReconcileArgs{BaseRef: "main", Commit: c, HasPack: p != nil}
+	args := protocol.GitReconcileArgs{BaseRef: "main", Commit: c, HasPack: p != nil, AllowLinked: true}
 	var rep protocol.GitReconcileReply
 	var err error
 	if p != nil {
@@ -256,11 +256,11 @@ func TestFastForwardUnderLocks(t *testing.T) {
 	ctx := context.Background()
 	src, root, base := cloned(t)
 	next, p := advance(t, src, base)
-	if _, err := Reconcile(ctx, root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true}); err != nil {
+	if _, err := Reconcile(ctx, root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true, AllowLinked: true}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, root, "reset", "-q", "--hard", base) // behind again, objects present
-	r, err := open(root)
+	r, err := open(root, true)
 	if err != nil {
 		t.Fatal(err)
 	}
