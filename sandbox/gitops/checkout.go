@@ -89,7 +89,7 @@ func clone(ctx context.Context, root string, pack io.Reader, args protocol.GitCh
 		return err
 	}
 	defer wt.Close()
-	if err := wt.MkdirAll(git.GitDirName, 0o755); err != nil {
+	if err := wt.root.Mkdir(git.GitDirName, 0o755); err != nil {
 		return err
 	}
 	// .git is pinned by descriptor: a directory swapped for a symlink meanwhile cannot redirect

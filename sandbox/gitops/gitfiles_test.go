@@ -92,3 +92,47 @@ func TestGitDirElsewhereIsRefused(t *testing.T) {
 		t.Fatalf("reconcile through a .git file: %v", err)
 	}
 }
+
+// A hard link planted (as an ignored file) where a fast-forward adds a file keeps its content:
+// the checkout replaces the name instead of writing through it.
+func TestFastForwardReplacesHardLinkedFiles(t *testing.T) {
+	src, root, base := cloned(t)
+	next, p := advance(t, src, base) // adds new/dir/new.txt
+	outside := filepath.Join(t.TempDir(), "linked.txt")
+	mustDo(t, os.WriteFile(outside, []byte("precious\n"), 0o644))
+	mustDo(t, os.MkdirAll(filepath.Join(root, ".git", "info"), 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(root, ".git", "info", "exclude"), []byte("new/\n"), 0o644)) // ignored: the tree stays clean
+	mustDo(t, os.MkdirAll(filepath.Join(root, "new", "dir"), 0o755))
+	if err := os.Link(outside, filepath.Join(root, "new", "dir", "new.txt")); err != nil {
+		t.Skipf("no hard links across these directories: %v", err)
+	}
+	rep, err := Reconcile(context.Background(), root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true})
+	if err != nil || rep.Action != protocol.GitFastForwarded {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "precious\n" {
+		t.Fatalf("the hard-linked file outside was written through: %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "new", "dir", "new.txt")); string(got) != "new\n" {
+		t.Fatalf("new.txt after the fast-forward: %q", got)
+	}
+}
+
+// A checkout never writes a path with a .git component (git refuses such trees).
+func TestWorktreeNeverWritesDotGit(t *testing.T) {
+	g, err := newGuardFS(t.TempDir())
+	mustDo(t, err)
+	defer g.Close()
+	if _, err := g.Create("sub/.git"); err == nil {
+		t.Fatal("created sub/.git")
+	}
+	if err := g.MkdirAll("a/.GIT/x", 0o755); err == nil {
+		t.Fatal("made a/.GIT/x")
+	}
+	if err := g.Symlink("elsewhere", "b/.git"); err == nil {
+		t.Fatal("linked b/.git")
+	}
+	if _, err := g.Create("sub/git.txt"); err != nil {
+		t.Fatalf("an ordinary name: %v", err)
+	}
+}

@@ -34,6 +34,11 @@ import (
 type guardFS struct {
 	root *fsguard.Root
 	dir  string // the host path root was opened at: Root() for go-git, which compares paths
+	// worktree: this is a checkout's filesystem, not a git directory. A name with a .git
+	// component is never written (git refuses such trees: a checked-out sub/.git could point Git
+	// elsewhere), and a file rewritten is replaced by a new one, never written through, so a hard
+	// link planted at its name keeps its content.
+	worktree bool
 }
 
 // newGuardFS opens dir, an absolute path, as a worktree filesystem; Close releases it.
@@ -42,7 +47,20 @@ func newGuardFS(dir string) (*guardFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guardFS{root: r, dir: dir}, nil
+	return &guardFS{root: r, dir: dir, worktree: true}, nil
+}
+
+// writable refuses, in a worktree, a name that has a .git component (in any letter case).
+func (g *guardFS) writable(name string) error {
+	if !g.worktree {
+		return nil
+	}
+	for _, c := range strings.Split(name, "/") {
+		if strings.EqualFold(c, ".git") {
+			return refused(name, fsguard.CodeInvalidArgument, "a checkout never writes a .git path")
+		}
+	}
+	return nil
 }
 
 func (g *guardFS) Close() error { return g.root.Close() }
@@ -109,8 +127,19 @@ func (g *guardFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File,
 	if flag&(os.O_WRONLY|os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC) == 0 {
 		return g.Open(name)
 	}
+	if err := g.writable(name); err != nil {
+		return nil, pathErr("open", name, err)
+	}
 	var f *os.File
 	err := g.inParent(name, flag&os.O_CREATE != 0, func(pfd int, base string) error {
+		if g.worktree && flag&os.O_TRUNC != 0 && flag&os.O_CREATE != 0 {
+			// Replace, as git does: the old name goes and a new file is created exclusively (a
+			// name planted meanwhile fails the create instead of being written through).
+			if err := unix.Unlinkat(pfd, base, 0); err != nil && err != unix.ENOENT {
+				return err
+			}
+			flag = flag&^os.O_TRUNC | os.O_EXCL
+		}
 		fd, err := -1, error(unix.EINTR)
 		for err == unix.EINTR {
 			fd, err = unix.Openat(pfd, base, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, uint32(perm.Perm()))
@@ -215,11 +244,17 @@ func (g *guardFS) ReadDir(name string) ([]os.FileInfo, error) {
 }
 
 func (g *guardFS) MkdirAll(name string, perm os.FileMode) error {
+	if err := g.writable(name); err != nil {
+		return pathErr("mkdir", name, err)
+	}
 	return pathErr("mkdir", name, g.root.MkdirAll(rel(name), perm))
 }
 
 // Symlink creates link (and its missing parents) as a symlink to target, stored verbatim.
 func (g *guardFS) Symlink(target, link string) error {
+	if err := g.writable(link); err != nil {
+		return pathErr("symlink", link, err)
+	}
 	if err := g.ensureParent(link); err != nil {
 		return pathErr("symlink", link, err)
 	}
@@ -238,6 +273,9 @@ func (g *guardFS) Remove(name string) error {
 
 // Rename moves from to to, replacing a file there, as os.Rename does.
 func (g *guardFS) Rename(from, to string) error {
+	if err := g.writable(to); err != nil {
+		return pathErr("rename", to, err)
+	}
 	if err := g.ensureParent(to); err != nil {
 		return pathErr("rename", to, err)
 	}
