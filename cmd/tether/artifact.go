@@ -127,20 +127,14 @@ func artifactState(a api.Artifact) string {
 }
 
 func printArtifact(c *cli, a api.Artifact) error {
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	revoked := ""
 	if a.RevokedAt != nil {
 		revoked = a.RevokedAt.Local().Format(time.RFC3339)
 	}
-	for _, row := range [][2]string{
+	return c.printFields([][2]string{
 		{"ID", a.ID}, {"Owner", a.WorkspaceID}, {"Name", a.Name},
 		{"Size", fmt.Sprintf("%s (%d bytes)", humanBytes(a.Bytes), a.Bytes)}, {"SHA-256", a.SHA256},
 		{"Object", a.ObjectKey}, {"Untrusted", fmt.Sprint(a.Untrusted)}, {"Revoked", revoked},
 		{"Created", a.CreatedAt.Local().Format(time.RFC3339)},
-	} {
-		if row[1] != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-		}
-	}
-	return tw.Flush()
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller"
@@ -108,3 +109,14 @@ func (c *cli) printJSON(v any) error {
 }
 
 func (c *cli) printf(format string, args ...any) { fmt.Fprintf(c.stdout, format, args...) }
+
+// printFields prints a record as aligned "Name: value" lines, leaving out empty values.
+func (c *cli) printFields(rows [][2]string) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	for _, row := range rows {
+		if row[1] != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+		}
+	}
+	return tw.Flush()
+}

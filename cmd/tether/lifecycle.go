@@ -133,17 +133,11 @@ func newRunShowCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(r)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range [][2]string{
+			if err := c.printFields([][2]string{
 				{"Run", r.ID}, {"Workspace", r.WorkspaceID}, {"Allocation", r.AllocationID}, {"Epoch", fmt.Sprint(r.Epoch)},
 				{"Command", strings.Join(r.Argv, " ")}, {"Kind", r.Kind}, {"State", r.State}, {"Exit", exitText(r)}, {"Error", r.Error},
 				{"Started", r.StartedAt.Local().Format(time.RFC3339)}, {"Duration", duration(r)},
-			} {
-				if row[1] != "" {
-					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-				}
-			}
-			if err := tw.Flush(); err != nil {
+			}); err != nil {
 				return err
 			}
 			if r.Output != "" {

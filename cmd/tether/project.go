@@ -114,17 +114,11 @@ func newProjectShowCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(p)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range [][2]string{
+			return c.printFields([][2]string{
 				{"ID", p.ID}, {"Name", p.Name}, {"Source", p.Source}, {"Base ref", p.BaseRef}, {"Mode", p.Mode},
 				{"Provision", strings.Join(p.Provision, "\n\t")}, {"Teardown", strings.Join(p.Teardown, "\n\t")},
 				{"Created", p.CreatedAt.Local().Format(time.RFC3339)},
-			} {
-				if row[1] != "" {
-					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-				}
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the project as JSON")
@@ -149,19 +143,13 @@ func newWorkspaceInspectCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(in)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range [][2]string{
+			return c.printFields([][2]string{
 				{"Head", in.Head}, {"Branch", in.Branch}, {"Read from", in.Source},
 				{"Base", fmt.Sprintf("%s at %s", in.BaseRef, shortID(in.BaseCommit))},
 				{"Ahead/behind", fmt.Sprintf("%d/%d", in.Ahead, in.Behind)},
 				{"Changes", fmt.Sprintf("%d staged, %d unstaged, %d untracked", in.Staged, in.Unstaged, in.Untracked)},
 				{"Delivery", in.Delivery}, {"Reason", in.Reason},
-			} {
-				if row[1] != "" {
-					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-				}
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the inspection as JSON")

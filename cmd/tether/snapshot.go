@@ -76,19 +76,13 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(s)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range [][2]string{
+			return c.printFields([][2]string{
 				{"ID", s.ID}, {"Workspace", s.WorkspaceID}, {"Parent", s.Parent}, {"Object", s.ObjectKey},
 				{"Size", fmt.Sprintf("%s (%d bytes)", humanBytes(s.Bytes), s.Bytes)}, {"SHA-256", s.SHA256},
 				{"Encrypted", fmt.Sprint(s.Encrypted)},
 				{"Entries", fmt.Sprintf("%d (%d files, %d dirs, %d symlinks, %s of content)", s.Summary.Entries, s.Summary.Files, s.Summary.Dirs, s.Summary.Symlinks, humanBytes(s.Summary.Bytes))},
 				{"Git", gitLine(s.Git)}, {"Created", s.CreatedAt.Local().Format(time.RFC3339)},
-			} {
-				if row[1] != "" {
-					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-				}
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	var req api.RestoreRequest

@@ -173,17 +173,11 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(w)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			for _, row := range append([][2]string{
+			if err := c.printFields(append([][2]string{
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			}, gitRows(w)...) {
-				if row[1] != "" {
-					fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
-				}
-			}
-			if err := tw.Flush(); err != nil {
+			}, gitRows(w)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older
