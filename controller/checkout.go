@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,22 +156,13 @@ func (s *Server) packReader(ctx context.Context, proj api.Project, want, have []
 	}
 	var wants []string
 	for _, w := range want {
-		if w != "" && !contains(wants, w) {
+		if w != "" && !slices.Contains(wants, w) {
 			wants = append(wants, w)
 		}
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(repo.Pack(ctx, pw, wants, have)) }()
 	return pr, nil
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func short(commit string) string { return commit[:min(len(commit), 12)] }
