@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -66,6 +67,13 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := rc.Open(protocol.OpExec, args.RunID, epoch, args)
+	if hub.MaybeSent(err) {
+		// The runner may have started the command: its next hello settles the record (with the
+		// exit, or as lost if it never heard of the run), as for a run whose socket dropped later.
+		fail(protocol.Errorf(protocol.CodeUnavailable,
+			"lost the connection to the runner while starting run %s; it is settled when the runner reconnects", run.ID))
+		return
+	}
 	if err != nil {
 		_ = s.store.FinishRun(s.ctx, run.ID, api.RunFailed, nil, 0, err.Error(), time.Now().UTC())
 		fail(err)

@@ -119,14 +119,34 @@ func startController(t *testing.T, o serveOpts) *controllerProc {
 	}
 	c.Token = strings.TrimSpace(string(tok))
 	t.Cleanup(func() {
+		var runnerLogs []string
+		if t.Failed() {
+			runnerLogs = localRunnerLogs(o.data)
+		}
 		c.removeAll(t)
 		c.Stop()
 		killRunnersUnder(o.data)
 		if t.Failed() {
 			t.Logf("controller log:\n%s", log.String())
+			for _, l := range runnerLogs {
+				t.Log(l)
+			}
 		}
 	})
 	return c
+}
+
+// localRunnerLogs reads the logs of the runners the local provider started under data, read before
+// the workspaces are removed with them.
+func localRunnerLogs(data string) []string {
+	paths, _ := filepath.Glob(filepath.Join(data, "providers", "local", "*", "runner.log"))
+	var out []string
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil {
+			out = append(out, fmt.Sprintf("%s:\n%s", p, b))
+		}
+	}
+	return out
 }
 
 // removeAll removes every workspace while the controller still runs: runners outlive their
@@ -302,12 +322,16 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
+// readPID reads the pid a test command wrote. The shell creates the file before it writes the
+// number, so a reader that only waited for the file to exist may see it empty: wait for the line.
 func readPID(t *testing.T, path string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var b []byte
+	eventually(t, 20*time.Second, "a pid in "+path, func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil && bytes.HasSuffix(b, []byte("\n"))
+	})
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)

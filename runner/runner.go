@@ -162,23 +162,35 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 	sess := r.sess
 	r.mu.Unlock()
 	if sess == nil {
+		r.cfg.Logger.Info("run finished while disconnected; the next hello reports it", "run", st.RunID)
 		return
 	}
+	if err := reportOn(sess, st); err != nil {
+		r.cfg.Logger.Warn("report detached run exit", "run", st.RunID, "err", err)
+		return
+	}
+	r.cfg.Logger.Info("reported detached run exit", "run", st.RunID)
+}
+
+func reportOn(sess *yamux.Session, st protocol.RunStatus) error {
 	stream, err := sess.OpenStream()
 	if err != nil {
-		return
+		return err
 	}
 	defer stream.Close()
 	_ = stream.SetDeadline(time.Now().Add(30 * time.Second))
 	raw, err := json.Marshal(st)
 	if err != nil {
-		return
+		return err
 	}
-	if protocol.WriteJSON(stream, protocol.Header{Op: protocol.OpRunExited, Args: raw}) != nil {
-		return
+	if err := protocol.WriteJSON(stream, protocol.Header{Op: protocol.OpRunExited, Args: raw}); err != nil {
+		return err
 	}
 	var tr protocol.Trailer
-	_ = protocol.ReadJSON(stream, &tr)
+	if err := protocol.ReadJSON(stream, &tr); err != nil {
+		return err
+	}
+	return tr.Err()
 }
 
 func connectURL(base string) (string, error) {

@@ -4,6 +4,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -144,7 +145,23 @@ func (c *Conn) Open(op, id string, epoch uint64, args any) (*yamux.Stream, error
 	}
 	if err := protocol.WriteJSON(st, protocol.Header{Op: op, ID: id, Epoch: epoch, Args: raw}); err != nil {
 		st.Close()
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
+		return nil, maybeSentError{protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)}
 	}
 	return st, nil
+}
+
+// maybeSentError is an Open whose request header failed to write. yamux can report a failure for
+// bytes that did reach the peer when the session dies mid-write, so the runner may have received
+// the request and started the operation.
+type maybeSentError struct{ err error }
+
+func (e maybeSentError) Error() string { return e.err.Error() }
+func (e maybeSentError) Unwrap() error { return e.err }
+
+// MaybeSent says whether err, from Open, leaves open whether the runner received the request.
+// Operations with effects (a started command) must then wait for the runner's own report instead
+// of recording that they failed.
+func MaybeSent(err error) bool {
+	var m maybeSentError
+	return errors.As(err, &m)
 }

@@ -2,8 +2,13 @@ package hub
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/tetherhq/tether/protocol"
 )
 
 // A waiter that gives up (a runner that never connects) leaves nothing behind in the hub.
@@ -20,5 +25,47 @@ func TestWaitGivesUpCleanly(t *testing.T) {
 	defer h.mu.Unlock()
 	if n := len(h.waiters["al_never"]); n != 0 || len(h.waiters) != 0 {
 		t.Fatalf("%d waiters left behind (%d allocations)", n, len(h.waiters))
+	}
+}
+
+// An Open that dies while writing its request may have delivered it, and says so; one that could
+// not even open a stream did not.
+func TestOpenSaysWhetherTheRequestMayHaveArrived(t *testing.T) {
+	pair := func() (*Conn, *yamux.Session) {
+		a, b := net.Pipe()
+		srv, err := protocol.MuxServer(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := protocol.MuxClient(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close(); cli.Close() })
+		return NewConn(srv, "al_test", "ws_test", protocol.Hello{}, 1), cli
+	}
+
+	closed, _ := pair()
+	closed.Close()
+	_, err := closed.Open(protocol.OpExec, "run_1", 0, protocol.ExecArgs{Argv: []string{"true"}})
+	if err == nil || MaybeSent(err) {
+		t.Fatalf("open on a closed session: want a plain error, got %v (maybe sent %v)", err, MaybeSent(err))
+	}
+
+	// A header larger than the stream window blocks until the peer reads; the peer's session
+	// dies once the stream reached it, part of the request already sent.
+	c, peer := pair()
+	big := protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", 4<<20)}}
+	go func() {
+		if _, err := peer.AcceptStream(); err == nil {
+			peer.Close()
+		}
+	}()
+	_, err = c.Open(protocol.OpExec, "run_2", 0, big)
+	if !MaybeSent(err) {
+		t.Fatalf("open cut mid-request: want a maybe-sent error, got %v", err)
+	}
+	if protocol.CodeOf(err) != protocol.CodeUnavailable {
+		t.Fatalf("open cut mid-request: code %q, want unavailable", protocol.CodeOf(err))
 	}
 }
