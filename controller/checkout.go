@@ -84,14 +84,46 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 		unlock()
 		return fail(fmt.Errorf("project %s: %w", proj.Name, err))
 	}
-	if _, err := repo.Resolve(ctx, "refs/heads/"+branch); err == nil {
+	start, err := s.startPoint(ctx, proj, repo, strategy, branch)
+	if err != nil {
 		unlock()
-		return fail(protocol.Errorf(protocol.CodeConflict,
-			"branch %q already exists in project %s's base clone (in the source, or left by an earlier workspace); name another with --branch or --name", branch, proj.Name))
+		return fail(err)
 	}
 	git := &api.WorkspaceGit{ProjectID: proj.ID, Mode: mode, Strategy: strategy, Branch: branch,
 		BaseRef: proj.BaseRef, BaseCommit: commit, Provision: req.Provision, Teardown: req.Teardown}
+	if start != commit {
+		git.StartCommit = start
+	}
 	return proj, git, nil, unlock, nil
+}
+
+// startPoint settles the commit a new workspace's branch starts at (the caller holds the
+// branch's lock, and no open workspace has the branch). A branch the source has starts at its
+// tip there: an operator who names an existing branch means to work on it. Any other branch
+// starts at the base ref's commit (returned as ""). A branch only the base clone still has was
+// left by an earlier workspace or deleted at the source; it is refused, never overwritten.
+func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsource.Repo, strategy, branch string) (string, error) {
+	unlock := s.projectLocks.lock(proj.ID)
+	defer unlock()
+	tip, err := repo.Fetch(ctx, branch)
+	switch {
+	case err == nil:
+		if strategy == api.StrategyWorktree {
+			// The fetched ref only stood in for the branch: the runner's `git worktree add -b`
+			// creates it, at the same commit, as the workspace's own.
+			if err := repo.DeleteBranch(ctx, branch); err != nil {
+				return "", err
+			}
+		}
+		return tip, nil
+	case protocol.CodeOf(err) != protocol.CodeNotFound:
+		return "", fmt.Errorf("branch %q at the source of project %s: %w", branch, proj.Name, err)
+	}
+	if _, err := repo.Resolve(ctx, "refs/heads/"+branch); err == nil {
+		return "", protocol.Errorf(protocol.CodeConflict,
+			"branch %q is in project %s's base clone but no longer at its source (left by an earlier workspace, or deleted there); name another with --branch or --name", branch, proj.Name)
+	}
+	return "", nil
 }
 
 // reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed; when
@@ -114,9 +146,10 @@ func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api
 		return false, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
 	}
 	g := ws.Git
-	args := protocol.GitCheckoutArgs{Strategy: g.Strategy, Branch: g.Branch, Commit: g.BaseCommit, BaseRef: g.BaseRef, BaseCommit: g.BaseCommit}
+	args := protocol.GitCheckoutArgs{Strategy: g.Strategy, Branch: g.Branch, Commit: firstNonEmpty(g.StartCommit, g.BaseCommit),
+		BaseRef: g.BaseRef, BaseCommit: g.BaseCommit}
 	if err := s.checkoutInto(ctx, c, ws.Epoch, proj, args, nil); err != nil {
-		return false, fmt.Errorf("checkout of %s at %s: %w", g.BaseRef, short(g.BaseCommit), err)
+		return false, fmt.Errorf("checkout of %s at %s: %w", g.Branch, short(args.Commit), err)
 	}
 	return true, s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
 }

@@ -107,6 +107,9 @@ func TestProjectGCAndReopenAfterUpstreamAdvanced(t *testing.T) {
 func TestDockerProjectWorkspace(t *testing.T) {
 	cli := dockerEngine(t)
 	src := newSourceRepo(t)
+	src.git("checkout", "-q", "-b", "feature")
+	featureTip := src.advance("feature.txt", "feature\n")
+	src.git("checkout", "-q", "main")
 	c := startDockerController(t, cli)
 	p := c.createProject(t, "--source", src.Dir)
 	b := make([]byte, 6)
@@ -137,5 +140,14 @@ func TestDockerProjectWorkspace(t *testing.T) {
 	}
 	if got := c.mustCLI(t, "exec", ws.ID, "--", "cat", "later.txt"); !strings.Contains(got, "later") {
 		t.Fatalf("later.txt = %q", got)
+	}
+
+	// A branch the source has is cloned at its tip there, its objects in the streamed pack.
+	fw := c.createOn(t, "docker", "--project", p.ID, "--mode", "operator-branch", "--branch", "feature")
+	if in := c.inspect(t, fw.ID); in.Head != featureTip || in.Branch != "feature" || in.Ahead != 1 {
+		t.Fatalf("inspect of the feature workspace: %+v", in)
+	}
+	if got := c.mustCLI(t, "exec", fw.ID, "--", "cat", "feature.txt"); got != "feature\n" {
+		t.Fatalf("feature.txt = %q", got)
 	}
 }

@@ -246,16 +246,11 @@ func TestProjectProvisionFailure(t *testing.T) {
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("project dirs after refused creates: %v %v", entries, err)
 	}
-	// A branch that exists in the source is refused before any sandbox starts, with a typed
-	// conflict; so is an isolated workspace on a shared workspace's branch.
-	src.git("branch", "feature")
-	src.git("branch", "taken")
+	// An isolated workspace on a shared workspace's branch is refused before any sandbox starts,
+	// with a typed conflict (TestProjectExistingSourceBranch covers the source's own branches).
 	p2 := c.createProject(t, "--source", src.Dir, "--name", "again")
-	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--mode", "operator-branch", "--branch", "feature"); r.Code != 5 || !strings.Contains(r.Stderr, "error: conflict:") {
-		t.Fatalf("a branch that exists in the source: %+v", r)
-	}
 	c.createWorkspace(t, "--project", p2.ID, "--mode", "shared", "--branch", "team/x")
-	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--branch", "team/x"); r.Code != 5 {
+	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--branch", "team/x"); r.Code != 5 || !strings.Contains(r.Stderr, "error: conflict:") {
 		t.Fatalf("an isolated workspace on a shared branch: %+v", r)
 	}
 	if r := c.cli(t, nil, "workspace", "create", "--project", p2.ID, "--mode", "shared", "--branch", "team/x", "--provision", "true"); r.Code != 2 {
@@ -344,5 +339,63 @@ func TestProjectTeardownOnClose(t *testing.T) {
 	}
 	if out := c.mustCLI(t, "run", "show", teardown.ID); !strings.Contains(out, "bye-from-teardown") || !strings.Contains(out, "teardown") {
 		t.Fatalf("run show:\n%s", out)
+	}
+}
+
+// A branch the source already has is checked out at its tip there, whether it was cloned with the
+// project or pushed to the source since; one only the base clone still has is refused.
+func TestProjectExistingSourceBranch(t *testing.T) {
+	src := newSourceRepo(t)
+	src.git("branch", "gone")
+	src.git("checkout", "-q", "-b", "feature")
+	featureTip := src.advance("feature.txt", "feature\n")
+	src.git("checkout", "-q", "main")
+	c := startController(t, serveOpts{})
+	p := c.createProject(t, "--source", src.Dir)
+	base := src.git("rev-parse", "main")
+
+	// Pushed to the source after the project was created: the base clone never saw it.
+	src.git("checkout", "-q", "-b", "later")
+	laterTip := src.advance("later.txt", "later\n")
+	src.git("checkout", "-q", "main")
+	src.git("branch", "-D", "gone")
+
+	ob := c.createWorkspace(t, "--project", p.ID, "--mode", "operator-branch", "--branch", "feature")
+	if ob.Git.StartCommit != featureTip || ob.Git.BaseCommit != base || ob.Git.Branch != "feature" {
+		t.Fatalf("operator-branch workspace on an existing branch: %+v", ob.Git)
+	}
+	if got := c.wsGit(t, ob.ID, "rev-parse", "HEAD"); got != featureTip {
+		t.Fatalf("HEAD %s, want the source's feature tip %s", got, featureTip)
+	}
+	if got := c.mustCLI(t, "files", "get", ob.ID, "feature.txt"); got != "feature\n" {
+		t.Fatalf("feature.txt = %q", got)
+	}
+	c.mustCLI(t, "exec", ob.ID, "--", "sh", "-c", "echo more > more.txt")
+	c.wsGit(t, ob.ID, "add", "more.txt")
+	c.wsGit(t, ob.ID, "commit", "-q", "-m", "more")
+	if in := c.inspect(t, ob.ID); in.Ahead != 2 || in.Behind != 0 || in.Delivery != api.Unmerged || in.Branch != "feature" {
+		t.Fatalf("inspect of the feature workspace: %+v", in)
+	}
+	if again := c.createWorkspace(t, "--project", p.ID, "--mode", "operator-branch", "--branch", "feature"); again.ID != ob.ID {
+		t.Fatalf("the second operator request got %s, want %s", again.ID, ob.ID)
+	}
+
+	iso := c.createWorkspace(t, "--project", p.ID, "--branch", "later")
+	if iso.Git.StartCommit != laterTip || c.wsGit(t, iso.ID, "rev-parse", "HEAD") != laterTip {
+		t.Fatalf("isolated workspace on a branch pushed since: %+v", iso.Git)
+	}
+
+	before := c.mustCLI(t, "workspace", "ls", "--json")
+	for _, tc := range []struct{ branch, code string }{
+		{"gone", "conflict"},    // deleted at the source, still in the base clone
+		{"feature", "conflict"}, // an open workspace's branch
+	} {
+		r := c.cli(t, nil, "workspace", "create", "--project", p.ID, "--branch", tc.branch)
+		if r.Code == 0 || !strings.Contains(r.Stderr, "error: "+tc.code+": ") {
+			t.Fatalf("isolated workspace on %q: want %s, got %+v", tc.branch, tc.code, r)
+		}
+	}
+	if after := c.mustCLI(t, "workspace", "ls", "--json"); after != before {
+		t.Fatalf("a refused request left a workspace:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -236,6 +236,9 @@ func gitRows(w api.Workspace) [][2]string {
 	}
 	rows := [][2]string{{"Project", w.Git.ProjectID}, {"Mode", w.Git.Mode}, {"Checkout", w.Git.Strategy},
 		{"Branch", w.Git.Branch}, {"Base", w.Git.BaseRef + " at " + shortID(w.Git.BaseCommit)}}
+	if w.Git.StartCommit != "" {
+		rows = append(rows, [2]string{"Started at", shortID(w.Git.StartCommit) + " (the source's " + w.Git.Branch + ")"})
+	}
 	if w.ReclaimedAt != nil {
 		rows = append(rows, [2]string{"Reclaimed", w.ReclaimedAt.Local().Format(time.RFC3339)})
 	}

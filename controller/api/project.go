@@ -50,14 +50,17 @@ type CreateProjectRequest struct {
 
 // WorkspaceGit is what a project workspace records of its checkout.
 type WorkspaceGit struct {
-	ProjectID  string   `json:"project_id"`
-	Mode       string   `json:"mode"`
-	Strategy   string   `json:"strategy"`
-	Branch     string   `json:"branch"`
-	BaseRef    string   `json:"base_ref"`
-	BaseCommit string   `json:"base_commit"`         // the base ref's commit the checkout started from
-	Provision  []string `json:"provision,omitempty"` // the workspace's own, after the project's
-	Teardown   []string `json:"teardown,omitempty"`
+	ProjectID  string `json:"project_id"`
+	Mode       string `json:"mode"`
+	Strategy   string `json:"strategy"`
+	Branch     string `json:"branch"`
+	BaseRef    string `json:"base_ref"`
+	BaseCommit string `json:"base_commit"` // the base ref's commit when the checkout was made
+	// StartCommit is where the branch started when the source already had it (its tip there);
+	// empty when the branch was new and started at BaseCommit.
+	StartCommit string   `json:"start_commit,omitempty"`
+	Provision   []string `json:"provision,omitempty"` // the workspace's own, after the project's
+	Teardown    []string `json:"teardown,omitempty"`
 }
 
 // Delivery states of a workspace's work.
