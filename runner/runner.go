@@ -165,11 +165,25 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 		r.cfg.Logger.Info("run finished while disconnected; the next hello reports it", "run", st.RunID)
 		return
 	}
-	if err := reportOn(sess, st); err != nil {
-		r.cfg.Logger.Warn("report detached run exit", "run", st.RunID, "err", err)
-		return
+	// A report that fails on a live session (the controller's store was busy, say) is retried:
+	// until a reconnect's hello carries it, nothing else would settle the run.
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := reportOn(sess, st)
+		if err == nil {
+			r.cfg.Logger.Info("reported detached run exit", "run", st.RunID)
+			return
+		}
+		if sess.IsClosed() || attempt == 5 {
+			r.cfg.Logger.Warn("report detached run exit", "run", st.RunID, "err", err, "attempts", attempt)
+			return
+		}
+		select {
+		case <-sess.CloseChan():
+		case <-time.After(backoff):
+		}
+		backoff *= 2
 	}
-	r.cfg.Logger.Info("reported detached run exit", "run", st.RunID)
 }
 
 func reportOn(sess *yamux.Session, st protocol.RunStatus) error {
