@@ -6,9 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,26 +113,13 @@ func (f *fakeController) handle(st *yamux.Stream) {
 // artifactRunner is a runner connected in memory to a fake controller.
 func artifactRunner(t *testing.T) (*Runner, *fakeController) {
 	t.Helper()
-	r, err := New(Config{ControllerURL: "http://127.0.0.1:1", Token: "tbt_x", AllocationID: "al_test", Root: t.TempDir(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := net.Pipe()
-	runnerSide, err := protocol.MuxClient(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctlSide, err := protocol.MuxServer(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, runnerSide, ctlSide := memRunner(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = r.serve(ctx, runnerSide) }()
 	r.setSession(runnerSide)
 	f := &fakeController{arts: map[string]fakeArtifact{}}
 	go f.serve(ctlSide)
-	t.Cleanup(func() { cancel(); ctlSide.Close(); runnerSide.Close() })
+	t.Cleanup(cancel)
 	return r, f
 }
 

@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,26 +14,33 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
-// pipeRunner serves a runner over an in-memory yamux session and returns the controller's end.
-func pipeRunner(t *testing.T) (*Runner, *yamux.Session) {
+// memRunner makes a runner and an in-memory yamux connection: the runner's end and the
+// controller's, closed when the test ends.
+func memRunner(t *testing.T) (r *Runner, runnerSide, ctlSide *yamux.Session) {
 	t.Helper()
-	root := t.TempDir()
-	r, err := New(Config{ControllerURL: "http://127.0.0.1:1", Token: "tbt_x", AllocationID: "al_test", Root: root})
+	r, err := New(Config{ControllerURL: "http://127.0.0.1:1", Token: "tbt_x", AllocationID: "al_test", Root: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := net.Pipe()
-	runnerSide, err := protocol.MuxClient(a)
-	if err != nil {
+	if runnerSide, err = protocol.MuxClient(a); err != nil {
 		t.Fatal(err)
 	}
-	ctlSide, err := protocol.MuxServer(b)
-	if err != nil {
+	if ctlSide, err = protocol.MuxServer(b); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ctlSide.Close(); runnerSide.Close() })
+	return r, runnerSide, ctlSide
+}
+
+// pipeRunner serves a runner over an in-memory yamux session and returns the controller's end.
+func pipeRunner(t *testing.T) (*Runner, *yamux.Session) {
+	t.Helper()
+	r, runnerSide, ctlSide := memRunner(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = r.serve(ctx, runnerSide) }()
-	t.Cleanup(func() { cancel(); ctlSide.Close(); runnerSide.Close() })
+	t.Cleanup(cancel)
 	return r, ctlSide
 }
 

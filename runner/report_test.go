@@ -2,7 +2,6 @@ package runner
 
 import (
 	"encoding/json"
-	"net"
 	"testing"
 	"time"
 
@@ -13,20 +12,7 @@ import (
 // A detached run's exit report that the controller fails to record is sent again on the same
 // connection: nothing else would settle the run before a reconnect.
 func TestReportRunExitRetries(t *testing.T) {
-	r, err := New(Config{ControllerURL: "http://127.0.0.1:1", Token: "tbt_x", AllocationID: "al_test", Root: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := net.Pipe()
-	runnerSide, err := protocol.MuxClient(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctlSide, err := protocol.MuxServer(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctlSide.Close(); runnerSide.Close() })
+	r, runnerSide, ctlSide := memRunner(t)
 	r.setSession(runnerSide)
 
 	done := make(chan struct{})
