@@ -84,7 +84,7 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 		unlock()
 		return fail(fmt.Errorf("project %s: %w", proj.Name, err))
 	}
-	start, err := s.startPoint(ctx, proj, repo, strategy, branch)
+	start, err := s.startPoint(ctx, proj, repo, branch)
 	if err != nil {
 		unlock()
 		return fail(err)
@@ -100,30 +100,42 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 // startPoint settles the commit a new workspace's branch starts at (the caller holds the
 // branch's lock, and no open workspace has the branch). A branch the source has starts at its
 // tip there: an operator who names an existing branch means to work on it. Any other branch
-// starts at the base ref's commit (returned as ""). A branch only the base clone still has was
-// left by an earlier workspace or deleted at the source; it is refused, never overwritten.
-func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsource.Repo, strategy, branch string) (string, error) {
+// starts at the base ref's commit (returned as ""). The source's branch is fetched apart from
+// the base clone's branches; one of those with the name (the clone's copy of the source's, or
+// what an earlier workspace left) is only ever replaced when the tip contains all of it, and a
+// branch only the base clone still has is refused: neither is overwritten.
+func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsource.Repo, branch string) (string, error) {
 	unlock := s.projectLocks.lock(proj.ID)
 	defer unlock()
-	tip, err := repo.Fetch(ctx, branch)
-	switch {
-	case err == nil:
-		if strategy == api.StrategyWorktree {
-			// The fetched ref only stood in for the branch: the runner's `git worktree add -b`
-			// creates it, at the same commit, as the workspace's own.
-			if err := repo.DeleteBranch(ctx, branch); err != nil {
-				return "", err
-			}
-		}
-		return tip, nil
-	case protocol.CodeOf(err) != protocol.CodeNotFound:
+	tip, err := repo.FetchIncoming(ctx, branch)
+	if err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
 		return "", fmt.Errorf("branch %q at the source of project %s: %w", branch, proj.Name, err)
 	}
-	if _, err := repo.Resolve(ctx, "refs/heads/"+branch); err == nil {
+	held, herr := repo.Resolve(ctx, "refs/heads/"+branch)
+	switch {
+	case herr != nil && protocol.CodeOf(herr) != protocol.CodeNotFound:
+		return "", herr
+	case err != nil && herr != nil:
+		return "", nil // a new branch
+	case err != nil:
 		return "", protocol.Errorf(protocol.CodeConflict,
 			"branch %q is in project %s's base clone but no longer at its source (left by an earlier workspace, or deleted there); name another with --branch or --name", branch, proj.Name)
+	case herr == nil:
+		contained, aerr := repo.IsAncestor(ctx, held, gitsource.IncomingPrefix+branch)
+		if aerr != nil {
+			return "", aerr
+		}
+		if !contained {
+			return "", protocol.Errorf(protocol.CodeConflict,
+				"branch %q in project %s's base clone has commits its source's branch does not (left by an earlier workspace, or the source's was rewound); name another with --branch or --name", branch, proj.Name)
+		}
+		// Everything it holds is in the tip, which the incoming ref keeps: the workspace's
+		// checkout creates the branch afresh (`git worktree add -b`, or inside the sandbox).
+		if err := repo.DeleteBranch(ctx, branch); err != nil {
+			return "", err
+		}
 	}
-	return "", nil
+	return tip, nil
 }
 
 // reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed; when

@@ -349,10 +349,15 @@ func TestProjectExistingSourceBranch(t *testing.T) {
 	src.git("branch", "gone")
 	src.git("checkout", "-q", "-b", "feature")
 	featureTip := src.advance("feature.txt", "feature\n")
+	src.git("checkout", "-q", "-b", "rewound")
+	src.advance("r1.txt", "r1\n")
+	src.advance("r2.txt", "r2\n")
 	src.git("checkout", "-q", "main")
 	c := startController(t, serveOpts{})
 	p := c.createProject(t, "--source", src.Dir)
 	base := src.git("rev-parse", "main")
+	// The base clone's copy of rewound now has a commit the source's branch does not.
+	src.git("branch", "-f", "rewound", "rewound~1")
 
 	// Pushed to the source after the project was created: the base clone never saw it.
 	src.git("checkout", "-q", "-b", "later")
@@ -387,8 +392,11 @@ func TestProjectExistingSourceBranch(t *testing.T) {
 
 	before := c.mustCLI(t, "workspace", "ls", "--json")
 	for _, tc := range []struct{ branch, code string }{
-		{"gone", "conflict"},    // deleted at the source, still in the base clone
-		{"feature", "conflict"}, // an open workspace's branch
+		{"gone", "conflict"},                                  // deleted at the source, still in the base clone
+		{"rewound", "conflict"},                               // the base clone's holds a commit the source's does not
+		{"feature", "conflict"},                               // an open workspace's branch
+		{"refs/heads/refs/heads/feature", "invalid_argument"}, // not a second name for it
+		{"refs/heads/main", "invalid_argument"},               // the base ref
 	} {
 		r := c.cli(t, nil, "workspace", "create", "--project", p.ID, "--branch", tc.branch)
 		if r.Code == 0 || !strings.Contains(r.Stderr, "error: "+tc.code+": ") {

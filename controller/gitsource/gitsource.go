@@ -133,26 +133,40 @@ func (r *Repo) DefaultBranch(ctx context.Context) (string, error) {
 // checked out in one of the base clone's worktrees CodeConflict.
 func (r *Repo) Fetch(ctx context.Context, ref string) (string, error) {
 	ref = strings.TrimPrefix(ref, "refs/heads/")
-	if err := CheckBranch(ref); err != nil {
+	return r.fetchInto(ctx, ref, "refs/heads/"+ref)
+}
+
+// IncomingPrefix holds the source's branches fetched as start points (FetchIncoming), apart from
+// the base clone's own branches, which may carry workspaces' commits.
+const IncomingPrefix = "refs/tether/incoming/"
+
+// FetchIncoming fetches the source's branch into IncomingPrefix+branch, leaving refs/heads alone,
+// and returns its commit (errors as Fetch's). The ref keeps the commit's objects in the base
+// clone for later packs.
+func (r *Repo) FetchIncoming(ctx context.Context, branch string) (string, error) {
+	return r.fetchInto(ctx, branch, IncomingPrefix+branch)
+}
+
+func (r *Repo) fetchInto(ctx context.Context, branch, dst string) (string, error) {
+	if err := CheckBranch(branch); err != nil {
 		return "", err
 	}
-	full := "refs/heads/" + ref
 	_, err := r.run(ctx, nil, nil, r.args(true, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
-		"--", r.Source, "+"+full+":"+full)...)
+		"--", r.Source, "+refs/heads/"+branch+":"+dst)...)
 	switch {
 	case err == nil:
 	case stderrHas(err, "couldn't find remote ref"):
-		return "", protocol.Errorf(protocol.CodeNotFound, "source %s has no branch %q", redact(r.Source), ref)
+		return "", protocol.Errorf(protocol.CodeNotFound, "source %s has no branch %q", redact(r.Source), branch)
 	case stderrHas(err, "refusing to fetch into"):
-		return "", fail(protocol.CodeConflict, "fetch "+ref, err)
+		return "", fail(protocol.CodeConflict, "fetch "+branch, err)
 	case isLockErr(err):
-		return "", fail(protocol.CodeGitBusy, "fetch "+ref, err)
+		return "", fail(protocol.CodeGitBusy, "fetch "+branch, err)
 	default:
-		return "", fail(protocol.CodeUnavailable, "fetch "+ref+" from "+redact(r.Source), err)
+		return "", fail(protocol.CodeUnavailable, "fetch "+branch+" from "+redact(r.Source), err)
 	}
-	id, ok, err := r.revParse(ctx, full)
+	id, ok, err := r.revParse(ctx, dst)
 	if err == nil && !ok {
-		err = protocol.Errorf(protocol.CodeInternal, "fetched %s but it does not resolve", full)
+		err = protocol.Errorf(protocol.CodeInternal, "fetched %s but it does not resolve", dst)
 	}
 	return id, err
 }
@@ -526,7 +540,9 @@ func checkRev(s string) error {
 
 // CheckBranch applies git's ref-name rules (check-ref-format) to a branch name.
 func CheckBranch(s string) error {
-	bad := s == "" || s == "@" || len(s) > 255 || strings.HasPrefix(s, "-") || hasCtl(s) ||
+	// A name that still starts with refs/ after its one refs/heads/ was stripped would name
+	// another ref than the one locked and recorded (refs/heads/refs/heads/x is not x).
+	bad := s == "" || s == "@" || s == "HEAD" || strings.HasPrefix(s, "refs/") || len(s) > 255 || strings.HasPrefix(s, "-") || hasCtl(s) ||
 		strings.ContainsAny(s, " ~^:?*[\\") || strings.Contains(s, "..") || strings.Contains(s, "@{") ||
 		strings.HasSuffix(s, ".")
 	for _, c := range strings.Split(s, "/") {

@@ -409,3 +409,19 @@ func TestIsAncestorCanceledIsAnError(t *testing.T) {
 		t.Fatalf("IsAncestor with a canceled context = %v, %v", ok, err)
 	}
 }
+
+// Branch names are checked before git sees them: nothing that git would read as an option, a
+// revision expression or another ref than refs/heads/<name>.
+func TestCheckBranch(t *testing.T) {
+	for _, ok := range []string{"main", "tether/task-1", "feature/x.y", "ops_fix-2"} {
+		if err := CheckBranch(ok); err != nil {
+			t.Errorf("CheckBranch(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "@", "HEAD", "-x", "refs/heads/x", "refs/tags/v1", "a..b", "a b", "a~1", "a^", "a:b",
+		"a?", "a*", "a[", `a\b`, "a@{1}", "a.", "a.lock", "a//b", "/a", "a/", ".a", "a/.b", "a\x00b", "a\x7fb"} {
+		if err := CheckBranch(bad); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+			t.Errorf("CheckBranch(%q) = %v, want invalid_argument", bad, err)
+		}
+	}
+}
