@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -70,6 +71,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if hub.MaybeSent(err) {
 		// The runner may have started the command: its next hello settles the record (with the
 		// exit, or as lost if it never heard of the run), as for a run whose socket dropped later.
+		s.settleIfReconnected(rc, run.ID)
 		fail(protocol.Errorf(protocol.CodeUnavailable,
 			"lost the connection to the runner while starting run %s; it is settled when the runner reconnects", run.ID))
 		return
@@ -150,6 +152,19 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
+	}
+}
+
+// settleIfReconnected covers a hello that came before the run was recorded: when the runner has
+// already said hello again without the run, no later hello would settle it. It is recorded lost;
+// a report that it ran after all (it was received, but started after that hello) corrects that.
+func (s *Server) settleIfReconnected(old *hub.Conn, runID string) {
+	cur, ok := s.hub.Get(old.AllocationID)
+	if !ok || cur == old || slices.ContainsFunc(cur.Hello.Runs, func(r protocol.RunStatus) bool { return r.RunID == runID }) {
+		return
+	}
+	if err := s.store.FinishRun(s.ctx, runID, api.RunLost, nil, 0, "the runner reconnected without this run", time.Now().UTC()); err != nil {
+		s.log.Error("settle run", "run", runID, "err", err)
 	}
 }
 

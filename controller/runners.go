@@ -192,7 +192,9 @@ func (s *Server) runnerOp(c *hub.Conn, h protocol.Header) protocol.Trailer {
 		// A runner may only settle its own runs.
 		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeNotFound, "run %q not found", st.RunID)}
 	}
-	if run.State == api.RunRunning {
+	// A lost run is one the controller could not account for; the runner's own report of its
+	// exit is the better record.
+	if run.State == api.RunRunning || run.State == api.RunLost {
 		if err := s.finishRun(s.ctx, run.ID, st.Exit); err != nil {
 			return protocol.Trailer{Error: protocol.AsError(err)}
 		}

@@ -165,8 +165,9 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 		r.cfg.Logger.Info("run finished while disconnected; the next hello reports it", "run", st.RunID)
 		return
 	}
-	// A report that fails on a live session (the controller's store was busy, say) is retried:
-	// until a reconnect's hello carries it, nothing else would settle the run.
+	// A report that fails on a live session (the controller's store was busy, say) is retried
+	// until it is recorded or the session ends: before a reconnect's hello carries it, nothing
+	// else would settle the run. A refusal that no retry changes ends it.
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := reportOn(sess, st)
@@ -174,15 +175,23 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 			r.cfg.Logger.Info("reported detached run exit", "run", st.RunID)
 			return
 		}
-		if sess.IsClosed() || attempt == 5 {
-			r.cfg.Logger.Warn("report detached run exit", "run", st.RunID, "err", err, "attempts", attempt)
+		switch protocol.CodeOf(err) {
+		case protocol.CodeNotFound, protocol.CodeUnsupported, protocol.CodeInvalidArgument:
+			r.cfg.Logger.Warn("detached run exit refused", "run", st.RunID, "err", err)
 			return
+		}
+		if sess.IsClosed() {
+			r.cfg.Logger.Info("report detached run exit: the session ended; the next hello reports it", "run", st.RunID, "attempts", attempt)
+			return
+		}
+		if attempt == 3 {
+			r.cfg.Logger.Warn("report detached run exit; retrying", "run", st.RunID, "err", err)
 		}
 		select {
 		case <-sess.CloseChan():
 		case <-time.After(backoff):
 		}
-		backoff *= 2
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

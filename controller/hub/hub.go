@@ -139,13 +139,29 @@ func (c *Conn) Open(op, id string, epoch uint64, args any) (*yamux.Stream, error
 	if err != nil {
 		return nil, err
 	}
+	header, err := json.Marshal(protocol.Header{Op: op, ID: id, Epoch: epoch, Args: raw})
+	if err != nil {
+		return nil, err
+	}
+	if len(header) > protocol.MaxFrame {
+		return nil, protocol.Errorf(protocol.CodeTooLarge, "%s request of %d bytes exceeds the %d-byte limit", op, len(header), protocol.MaxFrame)
+	}
 	st, err := c.sess.OpenStream()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
 	}
-	if err := protocol.WriteJSON(st, protocol.Header{Op: op, ID: id, Epoch: epoch, Args: raw}); err != nil {
+	if err := protocol.WriteJSON(st, json.RawMessage(header)); err != nil {
 		st.Close()
-		return nil, maybeSentError{protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)}
+		err = protocol.Errorf(protocol.CodeUnavailable, "runner of allocation %s: %v", c.AllocationID, err)
+		// The runner acts only on a whole header, so a failed write on a session that lives on
+		// started nothing; a session that died with it may have delivered it all. yamux hands
+		// the writer its error just before it shuts the session down: wait for that, briefly.
+		select {
+		case <-c.sess.CloseChan():
+			return nil, maybeSentError{err}
+		case <-time.After(time.Second):
+			return nil, err
+		}
 	}
 	return st, nil
 }

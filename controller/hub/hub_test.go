@@ -52,16 +52,23 @@ func TestOpenSaysWhetherTheRequestMayHaveArrived(t *testing.T) {
 		t.Fatalf("open on a closed session: want a plain error, got %v (maybe sent %v)", err, MaybeSent(err))
 	}
 
-	// A header larger than the stream window blocks until the peer reads; the peer's session
-	// dies once the stream reached it, part of the request already sent.
+	// Too large to send at all: refused before anything is written.
+	c, _ := pair()
+	_, err = c.Open(protocol.OpExec, "run_2", 0, protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", protocol.MaxFrame)}})
+	if protocol.CodeOf(err) != protocol.CodeTooLarge || MaybeSent(err) {
+		t.Fatalf("an oversized request: want a plain too_large error, got %v (maybe sent %v)", err, MaybeSent(err))
+	}
+
+	// A header larger than the stream window (but not than a frame) blocks until the peer reads;
+	// the peer's session dies once the stream reached it, part of the request already sent.
 	c, peer := pair()
-	big := protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", 4<<20)}}
+	big := protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", 1<<20)}}
 	go func() {
 		if _, err := peer.AcceptStream(); err == nil {
 			peer.Close()
 		}
 	}()
-	_, err = c.Open(protocol.OpExec, "run_2", 0, big)
+	_, err = c.Open(protocol.OpExec, "run_3", 0, big)
 	if !MaybeSent(err) {
 		t.Fatalf("open cut mid-request: want a maybe-sent error, got %v", err)
 	}
