@@ -32,6 +32,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/internal/ctxio"
 )
 
 // objectCacheSize bounds go-git's object cache (its default is 96 MiB); the runner's whole
@@ -275,7 +276,7 @@ func commonDir(dot billy.Filesystem) (billy.Filesystem, error) {
 // `--thin`): go-git indexes it on its own, without resolving deltas against objects the
 // repository already has.
 func storePack(ctx context.Context, s *filesystem.Storage, pack io.Reader) error {
-	err := packfile.UpdateObjectStorage(s, ctxReader{ctx, pack})
+	err := packfile.UpdateObjectStorage(s, ctxio.Reader{Ctx: ctx, R: pack})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -286,19 +287,6 @@ func storePack(ctx context.Context, s *filesystem.Storage, pack io.Reader) error
 		return protocol.Errorf(protocol.CodeCorrupt, "store the pack: %v", err)
 	}
 	return nil
-}
-
-// ctxReader stops a long read (a large pack) when the operation is canceled.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // hasCommit says whether the repository holds commit h.

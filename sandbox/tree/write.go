@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/ctxio"
 	"github.com/tetherhq/tether/sandbox/stableread"
 )
 
@@ -142,7 +143,7 @@ func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, bef
 		sum = sha256.New()
 		dst = io.MultiWriter(tw, sum)
 	}
-	n, err := io.Copy(dst, ctxReader{ctx, io.LimitReader(f, h.Size)})
+	n, err := io.Copy(dst, ctxio.Reader{Ctx: ctx, R: io.LimitReader(f, h.Size)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
@@ -168,17 +169,4 @@ func tarMode(m fs.FileMode) int64 {
 		mode |= 0o1000
 	}
 	return mode
-}
-
-// ctxReader stops a long copy when the context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
