@@ -19,6 +19,25 @@ const (
 	EnvAllocationID  = "TETHER_ALLOCATION_ID"
 	EnvWorkspaceID   = "TETHER_WORKSPACE_ID"
 	EnvWorkspaceRoot = "TETHER_WORKSPACE_ROOT"
+	// EnvIsolation says how the runner confines the agent's processes: IsolationNamespaces,
+	// IsolationUID or IsolationNone (the default when unset, for a runner started by hand).
+	EnvIsolation = "TETHER_ISOLATION"
+	// EnvAgentUID and EnvAgentGID are the ids agent processes run as (for IsolationUID, in the
+	// sandbox's own id space; for IsolationNamespaces, on the host, when the runner is root).
+	EnvAgentUID = "TETHER_AGENT_UID"
+	EnvAgentGID = "TETHER_AGENT_GID"
+)
+
+// Isolation modes (EnvIsolation).
+const (
+	// IsolationNamespaces runs every agent process in new user, mount, pid, ipc and uts
+	// namespaces with a view of only its workspace and read-only system directories.
+	IsolationNamespaces = "namespaces"
+	// IsolationUID runs agent processes as an unprivileged uid apart from the runner's (the
+	// sandbox itself, a container, is the boundary to the host).
+	IsolationUID = "uid"
+	// IsolationNone gives no isolation: agent processes run as the runner does.
+	IsolationNone = "none"
 )
 
 // Hello is the runner's first message on its first stream after every (re)connect.
