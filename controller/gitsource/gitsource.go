@@ -1,12 +1,16 @@
 // Package gitsource keeps the controller's managed bare "base clone" of a project's Git source (a
-// path on the controller's host or a URL git can fetch). Local-provider worktrees are added from
-// it, packs for sandboxed workspaces are generated from it, and delivery state is decided from it.
+// path on the controller's host or a URL git can fetch). Packs for workspaces' checkouts and
+// reconciles are generated from it, and delivery state is decided from it. Only the controller
+// writes it: no workspace shares its config, refs, hooks or objects.
 //
-// Everything runs the real git CLI. Each call gets a clean environment (no GIT_DIR, GIT_WORK_TREE,
-// GIT_INDEX_FILE or other repository-redirecting or config-injecting variables; no system config;
-// no terminal prompts; C locale so stderr can be classified), and no ref name, revision or source
-// can be read as an option. Callers serialize Ensure and Remove per directory and Fetch per ref;
-// when git's own lock files collide the error is CodeGitBusy.
+// Everything runs the real git CLI, made by one helper (Repo.command): no system, global or
+// per-user config, hooks and fsmonitor off, only the source's transport, a clean environment (no
+// GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE or other repository-redirecting or config-injecting
+// variables; no terminal prompts; C locale so stderr can be classified), "/" as its working
+// directory, and no ref name, revision or source can be read as an option. A base clone whose
+// config holds anything a bare clone does not write is refused. Callers serialize Ensure and
+// Remove per directory and Fetch per ref; when git's own lock files collide the error is
+// CodeGitBusy.
 package gitsource
 
 import (
@@ -83,7 +87,7 @@ func Ensure(ctx context.Context, git, source, dir string) (*Repo, error) {
 		return nil, protocol.Errorf(protocol.CodeInternal, "base clone parent: %v", err)
 	}
 	tmp := dir + ".tmp-" + randHex()
-	if _, err := r.run(ctx, nil, nil, r.args(false, "clone", "--bare", "--no-local", "--quiet", "--", source, tmp)...); err != nil {
+	if _, err := r.run(ctx, nil, nil, false, "clone", "--bare", "--no-local", "--template=", "--quiet", "--", source, tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		code := protocol.CodeUnavailable
 		if local && stderrHas(err, "does not appear to be a git repository", "not a git repository",
@@ -104,16 +108,78 @@ func Ensure(ctx context.Context, git, source, dir string) (*Repo, error) {
 }
 
 func (r *Repo) checkBare(ctx context.Context) error {
-	out, err := r.run(ctx, nil, nil, r.args(true, "rev-parse", "--is-bare-repository")...)
+	if err := checkConfig(filepath.Join(r.Dir, "config")); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(r.Dir, "objects", "info", "alternates")); err == nil {
+		// --no-local never makes one: objects it names could be anyone's.
+		return protocol.Errorf(protocol.CodeCorrupt, "base clone %s borrows objects (objects/info/alternates), which the controller never sets up", r.Dir)
+	}
+	out, err := r.run(ctx, nil, nil, true, "rev-parse", "--is-bare-repository")
 	if err != nil || strings.TrimSpace(string(out)) != "true" {
 		return fail(protocol.CodeCorrupt, r.Dir+" is not a bare git repository", err)
 	}
 	return nil
 }
 
+// cloneConfig is every key (section.key, remote.origin.* as remote.origin.key) that `git clone
+// --bare` writes into a base clone's config on some filesystem or git version. The controller
+// writes nothing else there.
+var cloneConfig = map[string]bool{
+	"core.repositoryformatversion": true, "core.filemode": true, "core.bare": true, "core.symlinks": true,
+	"core.ignorecase": true, "core.precomposeunicode": true, "core.logallrefupdates": true,
+	"remote.origin.url": true, "remote.origin.fetch": true,
+	"extensions.objectformat": true, "extensions.refstorage": true,
+}
+
+// checkConfig refuses (CodeCorrupt) a base clone whose config holds anything but what a bare
+// clone writes, in the plain form git writes it: no include, no url.*.insteadOf, no
+// core.sshCommand or fsmonitor, no continued or otherwise unusual line. Git reads a repository's
+// own config whatever the environment says, so this is what keeps a config someone else wrote
+// (a worktree of an earlier Tether shared it with its workspace) from ever being obeyed.
+func checkConfig(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeCorrupt, "base clone config: %v", err)
+	}
+	bad := func(line string) error {
+		return protocol.Errorf(protocol.CodeCorrupt,
+			"base clone config %s holds %q, which the controller never writes: it is not used (remove the base clone to have it cloned again)", path, line)
+	}
+	if len(b) > 64<<10 {
+		return bad("more than 64 KiB")
+	}
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+			continue
+		case strings.HasSuffix(line, "\\") || hasCtl(strings.ReplaceAll(line, "\t", " ")):
+			return bad(line)
+		case line[0] == '[':
+			name, ok := strings.CutSuffix(line, "]")
+			switch name = strings.ToLower(name[1:]); {
+			case ok && (name == "core" || name == "extensions"):
+				section = name
+			case ok && name == `remote "origin"`:
+				section = "remote.origin"
+			default:
+				return bad(line)
+			}
+			continue
+		}
+		key, _, _ := strings.Cut(line, "=")
+		if key = strings.ToLower(strings.TrimSpace(key)); section == "" || !cloneConfig[section+"."+key] {
+			return bad(line)
+		}
+	}
+	return nil
+}
+
 // DefaultBranch is the source's HEAD branch (e.g. "main"), asked of the source itself.
 func (r *Repo) DefaultBranch(ctx context.Context) (string, error) {
-	out, err := r.run(ctx, nil, nil, r.args(true, "ls-remote", "--symref", "--", r.Source, "HEAD")...)
+	out, err := r.run(ctx, nil, nil, true, "ls-remote", "--symref", "--", r.Source, "HEAD")
 	if err != nil {
 		return "", fail(protocol.CodeUnavailable, "ls-remote "+redact(r.Source), err)
 	}
@@ -129,8 +195,7 @@ func (r *Repo) DefaultBranch(ctx context.Context) (string, error) {
 
 // Fetch force-updates the base clone's refs/heads/<ref> from the source's refs/heads/<ref> (the
 // source is the truth, so a rewound branch is followed) and returns its commit. No other ref is
-// touched. A missing ref is CodeNotFound, an unreachable source CodeUnavailable, and a branch
-// checked out in one of the base clone's worktrees CodeConflict.
+// touched. A missing ref is CodeNotFound, an unreachable source CodeUnavailable.
 func (r *Repo) Fetch(ctx context.Context, ref string) (string, error) {
 	ref = strings.TrimPrefix(ref, "refs/heads/")
 	return r.fetchInto(ctx, ref, "refs/heads/"+ref)
@@ -151,14 +216,12 @@ func (r *Repo) fetchInto(ctx context.Context, branch, dst string) (string, error
 	if err := CheckBranch(branch); err != nil {
 		return "", err
 	}
-	_, err := r.run(ctx, nil, nil, r.args(true, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
-		"--", r.Source, "+refs/heads/"+branch+":"+dst)...)
+	_, err := r.run(ctx, nil, nil, true, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
+		"--", r.Source, "+refs/heads/"+branch+":"+dst)
 	switch {
 	case err == nil:
 	case stderrHas(err, "couldn't find remote ref"):
 		return "", protocol.Errorf(protocol.CodeNotFound, "source %s has no branch %q", redact(r.Source), branch)
-	case stderrHas(err, "refusing to fetch into"):
-		return "", fail(protocol.CodeConflict, "fetch "+branch, err)
 	case isLockErr(err):
 		return "", fail(protocol.CodeGitBusy, "fetch "+branch, err)
 	default:
@@ -190,7 +253,7 @@ func (r *Repo) Resolve(ctx context.Context, rev string) (string, error) {
 }
 
 func (r *Repo) revParse(ctx context.Context, rev string) (string, bool, error) {
-	out, err := r.run(ctx, nil, nil, r.args(true, "rev-parse", "--verify", "--quiet", rev+"^{commit}")...)
+	out, err := r.run(ctx, nil, nil, true, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
 	if err == nil {
 		return strings.TrimSpace(string(out)), true, nil
 	}
@@ -211,7 +274,7 @@ func (r *Repo) hasCommit(ctx context.Context, commit string) (bool, error) {
 	if err := checkRev(commit); err != nil {
 		return false, err
 	}
-	_, err := r.run(ctx, nil, nil, r.args(true, "cat-file", "-e", commit+"^{commit}")...)
+	_, err := r.run(ctx, nil, nil, true, "cat-file", "-e", commit+"^{commit}")
 	if _, said := err.(*gitError); said {
 		return false, nil
 	}
@@ -228,7 +291,7 @@ func (r *Repo) IsAncestor(ctx context.Context, commit, ref string) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	_, err = r.run(ctx, nil, nil, r.args(true, "merge-base", "--is-ancestor", commit, target)...)
+	_, err = r.run(ctx, nil, nil, true, "merge-base", "--is-ancestor", commit, target)
 	switch {
 	case err == nil:
 		return true, nil
@@ -251,8 +314,7 @@ func (r *Repo) Pack(ctx context.Context, w io.Writer, want []string, have []stri
 			return err
 		}
 	}
-	out, err := r.run(ctx, strings.NewReader(strings.Join(names, "\n")+"\n"), nil,
-		r.args(true, "cat-file", "--batch-check=%(objectname) %(objecttype)")...)
+	out, err := r.run(ctx, strings.NewReader(strings.Join(names, "\n")+"\n"), nil, true, "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return fail(protocol.CodeInternal, "cat-file", err)
 	}
@@ -274,8 +336,7 @@ func (r *Repo) Pack(ctx context.Context, w io.Writer, want []string, have []stri
 		}
 	}
 	ew := &errWriter{w: w}
-	_, err = r.run(ctx, strings.NewReader(revs.String()), ew,
-		r.args(true, "pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q")...)
+	_, err = r.run(ctx, strings.NewReader(revs.String()), ew, true, "pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q")
 	if ew.err != nil {
 		return fmt.Errorf("pack: %w", ew.err)
 	}
@@ -287,7 +348,7 @@ func (r *Repo) Pack(ctx context.Context, w io.Writer, want []string, have []stri
 
 // PruneWorktrees forgets worktrees whose directories are gone (`git worktree prune`).
 func (r *Repo) PruneWorktrees(ctx context.Context) error {
-	if _, err := r.run(ctx, nil, nil, r.args(true, "worktree", "prune")...); err != nil {
+	if _, err := r.run(ctx, nil, nil, true, "worktree", "prune"); err != nil {
 		return fail(protocol.CodeInternal, "worktree prune", err)
 	}
 	return nil
@@ -300,7 +361,7 @@ func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 	if err := CheckBranch(branch); err != nil {
 		return err
 	}
-	_, err := r.run(ctx, nil, nil, r.args(true, "branch", "-D", "--", branch)...)
+	_, err := r.run(ctx, nil, nil, true, "branch", "-D", "--", branch)
 	if err == nil {
 		return nil
 	}
@@ -381,20 +442,6 @@ func removeLeftovers(parent, base string) error {
 	return nil
 }
 
-// args prefixes git's arguments with the hardening every call gets. Hooks are off and ext:: is
-// refused even if a worktree user wrote them into the shared repository's config.
-func (r *Repo) args(inRepo bool, args ...string) []string {
-	pre := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-		"-c", "protocol.ext.allow=never", "-c", "gc.autoDetach=false"}
-	if IsLocal(r.Source) {
-		pre = append(pre, "-c", "protocol.file.allow=always")
-	}
-	if inRepo {
-		pre = append(pre, "--git-dir="+r.Dir)
-	}
-	return append(pre, args...)
-}
-
 // gitError is a git command that ran and failed.
 type gitError struct {
 	code   int
@@ -405,19 +452,15 @@ func (e *gitError) Error() string {
 	return fmt.Sprintf("git: exit status %d: %s", e.code, e.stderr)
 }
 
-func (r *Repo) run(ctx context.Context, stdin io.Reader, stdout io.Writer, args ...string) ([]byte, error) {
-	git := r.Git
-	if git == "" {
-		git = "git"
-	}
+// run runs git (see command) and returns its stdout, unless stdout is given.
+func (r *Repo) run(ctx context.Context, stdin io.Reader, stdout io.Writer, inRepo bool, args ...string) ([]byte, error) {
 	var out bytes.Buffer
 	if stdout == nil {
 		stdout = &out
 	}
 	tail := &tailWriter{}
-	cmd := exec.CommandContext(ctx, git, args...)
-	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = gitEnv(), stdin, stdout, tail
-	cmd.WaitDelay = 5 * time.Second
+	cmd := r.command(ctx, inRepo, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, tail
 	err := cmd.Run()
 	if err == nil {
 		return out.Bytes(), nil
@@ -427,7 +470,7 @@ func (r *Repo) run(ctx context.Context, stdin io.Reader, stdout io.Writer, args 
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
-		return nil, protocol.Errorf(protocol.CodeInternal, "running %s: %v", git, err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "running %s: %v", cmd.Path, err)
 	}
 	return out.Bytes(), &gitError{code: ee.ExitCode(), stderr: strings.TrimSpace(string(tail.buf))}
 }
@@ -474,18 +517,71 @@ func stderrHas(err error, subs ...string) bool {
 
 func isLockErr(err error) bool { return stderrHas(err, ".lock': File exists") }
 
+// command is the one place every git the controller runs is made. It reads no configuration but
+// the base clone's own (which only the controller writes): no system or global config, no
+// $HOME or XDG config, no templates; hooks and fsmonitor are off, only the source's transport is
+// allowed (never ext::), it never prompts, and it runs in "/", never in a workspace. Its
+// environment is the controller's less anything that would point git at another repository or
+// inject configuration, with a C locale so stderr can be classified.
+func (r *Repo) command(ctx context.Context, inRepo bool, args ...string) *exec.Cmd {
+	git := r.Git
+	if git == "" {
+		git = "git"
+	} else if strings.ContainsRune(git, filepath.Separator) {
+		git, _ = filepath.Abs(git) // it runs in "/"
+	}
+	pre := []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+		"-c", "gc.autoDetach=false", "-c", "protocol.allow=never"}
+	if p := transport(r.Source); p != "" && p != "ext" {
+		pre = append(pre, "-c", "protocol."+p+".allow=always")
+	}
+	pre = append(pre, "-c", "protocol.ext.allow=never")
+	if inRepo {
+		pre = append(pre, "--git-dir="+r.Dir)
+	}
+	cmd := exec.CommandContext(ctx, git, append(pre, args...)...)
+	cmd.Env, cmd.Dir = gitEnv(), "/"
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// transport is the name protocol.<name>.allow gives source's transport: "file" for a path,
+// "ssh" for scp-like host:path and ssh URLs, a URL's scheme, a remote helper's name (x::addr).
+func transport(source string) string {
+	if h, _, ok := strings.Cut(source, "::"); ok && !strings.ContainsAny(h, "/:") {
+		return strings.ToLower(h)
+	}
+	if IsLocal(source) {
+		return "file"
+	}
+	scheme, _, ok := strings.Cut(source, "://")
+	switch scheme = strings.ToLower(scheme); {
+	case !ok, scheme == "git+ssh", scheme == "ssh+git":
+		return "ssh"
+	default:
+		return scheme
+	}
+}
+
 // dropEnv are variables that would point git at another repository or inject configuration.
 var dropEnv = map[string]bool{
 	"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true, "GIT_OBJECT_DIRECTORY": true,
 	"GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_COMMON_DIR": true, "GIT_NAMESPACE": true,
 	"GIT_PREFIX": true, "GIT_QUARANTINE_PATH": true, "GIT_CONFIG": true, "GIT_CONFIG_PARAMETERS": true,
-	"GIT_CONFIG_COUNT": true, "GIT_CEILING_DIRECTORIES": true, "GIT_DISCOVERY_ACROSS_FILESYSTEM": true,
-	"LC_ALL": true, "LANG": true, "LANGUAGE": true,
+	"GIT_CONFIG_COUNT": true, "GIT_CONFIG_GLOBAL": true, "GIT_CONFIG_SYSTEM": true, "GIT_CONFIG_NOSYSTEM": true,
+	"GIT_TEMPLATE_DIR": true, "GIT_EXEC_PATH": true, "GIT_CEILING_DIRECTORIES": true,
+	"GIT_DISCOVERY_ACROSS_FILESYSTEM": true, "GIT_ALLOW_PROTOCOL": true, "GIT_PROTOCOL_FROM_USER": true,
+	"GIT_TERMINAL_PROMPT": true, "HOME": true, "XDG_CONFIG_HOME": true, "LC_ALL": true, "LANG": true, "LANGUAGE": true,
 }
+
+// noHome is the HOME and XDG_CONFIG_HOME git gets: a path that does not exist, so no per-user
+// file (.gitconfig, .git-credentials, git/attributes) is ever read. (ssh finds the operator's
+// keys through the password database, not $HOME.)
+const noHome = "/nonexistent/tether-no-home"
 
 func gitEnv() []string {
 	environ := os.Environ()
-	env := make([]string, 0, len(environ)+5)
+	env := make([]string, 0, len(environ)+9)
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if dropEnv[k] || strings.HasPrefix(k, "GIT_CONFIG_KEY_") || strings.HasPrefix(k, "GIT_CONFIG_VALUE_") {
@@ -493,7 +589,8 @@ func gitEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
+	return append(env, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME="+noHome,
+		"XDG_CONFIG_HOME="+noHome, "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
 }
 
 // tailWriter keeps the last stderrTail bytes written to it.

@@ -223,19 +223,6 @@ func TestFetch(t *testing.T) {
 	wantCode(t, err, protocol.CodeUnavailable)
 }
 
-func TestFetchRefusesCheckedOutBranch(t *testing.T) {
-	ctx := context.Background()
-	src, _ := newSource(t)
-	r := ensure(t, src)
-	gitT(t, r.Dir, "branch", "feature")
-	gitT(t, src, "branch", "feature")
-	gitT(t, r.Dir, "worktree", "add", "-q", filepath.Join(t.TempDir(), "wt"), "feature")
-	commit(t, src, "b.txt", "b\n")
-	gitT(t, src, "branch", "-f", "feature", "trunk")
-	_, err := r.Fetch(ctx, "feature")
-	wantCode(t, err, protocol.CodeConflict)
-}
-
 func TestResolveAndIsAncestor(t *testing.T) {
 	ctx := context.Background()
 	src, first := newSource(t)
@@ -422,6 +409,171 @@ func TestCheckBranch(t *testing.T) {
 		"a?", "a*", "a[", `a\b`, "a@{1}", "a.", "a.lock", "a//b", "/a", "a/", ".a", "a/.b", "a\x00b", "a\x7fb"} {
 		if err := CheckBranch(bad); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
 			t.Errorf("CheckBranch(%q) = %v, want invalid_argument", bad, err)
+		}
+	}
+}
+
+// Every git the controller runs ignores the system's, the user's and the environment's config,
+// runs no hook and no fsmonitor, and leaves no hook in a new base clone: a global config with an
+// alias, a hooks path, an fsmonitor, a url rewrite to an ssh command that would each write a
+// marker changes nothing. (DESIGN.md safety contract 7: nothing on the controller's host runs
+// or parses as config what a workspace wrote.)
+func TestGitIgnoresOutsideConfigAndHooks(t *testing.T) {
+	ctx := context.Background()
+	src, first := newSource(t)
+	home := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "pwned")
+	hooks := filepath.Join(home, "hooks")
+	if err := os.MkdirAll(hooks, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"$0 $*\" >> " + marker + "\n"
+	for _, h := range []string{"reference-transaction", "post-checkout", "pre-push", "post-index-change", "fsmonitor"} {
+		if err := os.WriteFile(filepath.Join(hooks, h), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evil := "[core]\n\thooksPath = " + hooks + "\n\tfsmonitor = " + filepath.Join(hooks, "fsmonitor") +
+		"\n\tsshCommand = sh -c 'echo ssh >> " + marker + "'; false #\n" +
+		"[url \"ssh://evil.invalid/x\"]\n\tinsteadOf = " + src + "\n" +
+		"[alias]\n\tfetch = !echo alias >> " + marker + "\n" +
+		"[init]\n\ttemplateDir = " + home + "/template\n"
+	if err := os.MkdirAll(filepath.Join(home, "template", "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "template", "hooks", "reference-transaction"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(home, ".gitconfig"), filepath.Join(home, "xdg", "git", "config"), filepath.Join(home, "global"), filepath.Join(home, "system")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(evil), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "xdg"))
+	t.Setenv("GIT_CONFIG_GLOBAL", filepath.Join(home, "global"))
+	t.Setenv("GIT_CONFIG_SYSTEM", filepath.Join(home, "system"))
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "core.hooksPath")
+	t.Setenv("GIT_CONFIG_VALUE_0", hooks)
+	t.Setenv("GIT_TEMPLATE_DIR", filepath.Join(home, "template"))
+	t.Setenv("GIT_ALLOW_PROTOCOL", "ext:file:ssh")
+	// The controller's own working directory is not where git runs.
+	wd, _ := os.Getwd()
+	if err := os.Chdir(home); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chdir(wd) })
+
+	r := ensure(t, src)
+	second := commit(t, src, "b.txt", "b\n")
+	if got, err := r.Fetch(ctx, "trunk"); err != nil || got != second {
+		t.Fatalf("Fetch = %s, %v", got, err)
+	}
+	if _, err := r.FetchIncoming(ctx, "trunk"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.DefaultBranch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.IsAncestor(ctx, first, "trunk"); err != nil || !ok {
+		t.Fatalf("IsAncestor = %v, %v", ok, err)
+	}
+	if err := r.Pack(ctx, io.Discard, []string{second}, []string{first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.DeleteBranch(ctx, "nothing-here"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("git ran what an outside config said:\n%s", b)
+	}
+	if hooks, _ := filepath.Glob(filepath.Join(r.Dir, "hooks", "*")); len(hooks) != 0 {
+		t.Fatalf("the base clone got hooks from a template: %v", hooks)
+	}
+
+	// Each call's command line and environment say so themselves.
+	cmd := r.command(ctx, true, "fetch")
+	if cmd.Dir != "/" {
+		t.Fatalf("git runs in %q", cmd.Dir)
+	}
+	args := strings.Join(cmd.Args, " ")
+	for _, want := range []string{"-c core.hooksPath=/dev/null", "-c core.fsmonitor=false", "-c protocol.allow=never",
+		"-c protocol.file.allow=always", "-c protocol.ext.allow=never", "--git-dir=" + r.Dir} {
+		if !strings.Contains(args, want) {
+			t.Fatalf("git %s lacks %q", args, want)
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range cmd.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, dup := env[k]; dup {
+			t.Fatalf("%s twice in git's environment", k)
+		}
+		env[k] = v
+	}
+	for k, v := range map[string]string{"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": noHome,
+		"XDG_CONFIG_HOME": noHome, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_COUNT": "", "GIT_CONFIG_KEY_0": "",
+		"GIT_CONFIG_SYSTEM": "", "GIT_TEMPLATE_DIR": "", "GIT_ALLOW_PROTOCOL": ""} {
+		if env[k] != v {
+			t.Fatalf("git's %s = %q, want %q", k, env[k], v)
+		}
+	}
+}
+
+// The base clone's own config is the one git reads whatever the environment says; one holding
+// anything a bare clone does not write is refused, not used.
+func TestBaseCloneConfigIsChecked(t *testing.T) {
+	ctx := context.Background()
+	src, _ := newSource(t)
+	r := ensure(t, src)
+	cfg := filepath.Join(r.Dir, "config")
+	orig, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "pwned")
+	for _, extra := range []string{
+		"[url \"ssh://x/y\"]\n\tinsteadOf = " + src + "\n",
+		"[core]\n\tsshCommand = sh -c 'id > " + marker + "'; false #\n",
+		"[core]\n\tfsmonitor = /bin/true\n",
+		"[include]\n\tpath = /tmp/elsewhere\n",
+		"[core] hooksPath = /tmp\n",
+		"[remote \"origin\"]\n\turl = \\\n/elsewhere\n",
+		"[remote \"origin\"]\n\tuploadpack = sh -c 'id > " + marker + "'\n",
+	} {
+		if err := os.WriteFile(cfg, append(append([]byte{}, orig...), extra...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Ensure(ctx, "", src, r.Dir)
+		wantCode(t, err, protocol.CodeCorrupt)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.ToUpper(string(orig[:6]))+string(orig[6:])+"\n# a comment\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(ctx, "", src, r.Dir); err != nil {
+		t.Fatalf("a config as git writes it: %v", err)
+	}
+	alt := filepath.Join(r.Dir, "objects", "info", "alternates")
+	if err := os.WriteFile(alt, []byte(t.TempDir()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Ensure(ctx, "", src, r.Dir)
+	wantCode(t, err, protocol.CodeCorrupt)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a refused config was obeyed")
+	}
+}
+
+func TestTransport(t *testing.T) {
+	for src, want := range map[string]string{"/srv/repo": "file", "file:///srv/repo": "file", "host:repo": "ssh",
+		"ssh://h/r": "ssh", "git+ssh://h/r": "ssh", "HTTPS://h/r": "https", "git://h/r": "git", "ext::sh -c x": "ext",
+		"./a::b": "file"} {
+		if got := transport(src); got != want {
+			t.Errorf("transport(%q) = %q, want %q", src, got, want)
 		}
 	}
 }
