@@ -26,6 +26,9 @@ const (
 	// sandbox's own id space; for IsolationNamespaces, on the host, when the runner is root).
 	EnvAgentUID = "TETHER_AGENT_UID"
 	EnvAgentGID = "TETHER_AGENT_GID"
+	// EnvSandboxDir is, for IsolationNamespaces, a provider-made directory beside the workspace
+	// holding the agent's tmp/ and home/ and an empty mnt/.
+	EnvSandboxDir = "TETHER_SANDBOX_DIR"
 )
 
 // Isolation modes (EnvIsolation).

@@ -36,7 +36,13 @@ func (r *Runner) startAgent(ctx context.Context) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	// A confined agent has a uid of its own: it may pass through the directory (0711) to the
+	// socket, which is its alone, but cannot list or change the directory.
+	dirMode := os.FileMode(0o700)
+	if r.policy.Active() {
+		dirMode = 0o711
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
@@ -47,7 +53,12 @@ func (r *Runner) startAgent(ctx context.Context) (string, func(), error) {
 		return "", nil, err
 	}
 	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(sock, 0o600); err != nil {
+	uid, gid := r.agentIDs()
+	err = os.Chmod(sock, 0o600)
+	if err == nil && uid != os.Getuid() {
+		err = os.Lchown(sock, uid, gid)
+	}
+	if err != nil {
 		ln.Close()
 		os.RemoveAll(dir)
 		return "", nil, err
@@ -99,7 +110,7 @@ func (r *Runner) serveAgent(ctx context.Context, conn *net.UnixConn) {
 		_ = json.NewEncoder(conn).Encode(res)
 	}
 	fail := func(err error) { resp(protocol.AgentResponse{Error: protocol.AsError(err)}) }
-	if err := checkPeer(conn); err != nil {
+	if err := r.checkPeer(conn); err != nil {
 		fail(err)
 		return
 	}
@@ -124,9 +135,9 @@ func (r *Runner) serveAgent(ctx context.Context, conn *net.UnixConn) {
 	}
 }
 
-// checkPeer admits only processes of the runner's own user. The socket's mode already says so;
-// this holds even if the mode were loosened.
-func checkPeer(conn *net.UnixConn) error {
+// checkPeer admits only processes of the agent's user (the runner's own when nothing is
+// confined). The socket's owner and mode already say so; this holds even if they were loosened.
+func (r *Runner) checkPeer(conn *net.UnixConn) error {
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return err
@@ -141,7 +152,7 @@ func checkPeer(conn *net.UnixConn) error {
 	if cerr != nil {
 		return protocol.Errorf(protocol.CodeUnauthorized, "agent socket: peer credentials: %v", cerr)
 	}
-	if int(cred.Uid) != os.Getuid() {
+	if uid, _ := r.agentIDs(); int(cred.Uid) != uid {
 		return protocol.Errorf(protocol.CodeUnauthorized, "agent socket: uid %d may not use this runner", cred.Uid)
 	}
 	return nil

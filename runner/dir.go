@@ -14,7 +14,7 @@ func (r *Runner) resolveDir(rel string) (string, func(), error) {
 	if rel == "" {
 		rel = "."
 	}
-	root, err := fsguard.Open(r.cfg.Root)
+	root, err := fsguard.Open(r.root)
 	if err != nil {
 		return "", nil, err
 	}
@@ -26,7 +26,7 @@ func (r *Runner) resolveDir(rel string) (string, func(), error) {
 	if _, err := os.Stat("/proc/self/fd"); err != nil {
 		// No procfs in this sandbox: fall back to the checked path.
 		d.Close()
-		return filepath.Join(r.cfg.Root, filepath.FromSlash(rel)), func() {}, nil
+		return filepath.Join(r.root, filepath.FromSlash(rel)), func() {}, nil
 	}
 	p, err := d.ProcPath()
 	if err != nil {

@@ -79,6 +79,7 @@ func (r *Runner) exec(st *yamux.Stream, h protocol.Header) {
 	spec := process.Spec{
 		Argv: args.Argv, Env: append(append([]string{}, r.cfg.Env...), args.Env...), Dir: dir,
 		Stdin: stdinR, Stdout: outW, Stderr: errW, Timeout: time.Duration(args.Timeout),
+		Confiner: r, WorkDir: args.Cwd,
 	}
 	if !args.Stdin {
 		stdinW.Close()

@@ -28,7 +28,7 @@ func lockGit(root string) func() {
 
 // gitRoot is the workspace root as an absolute path, which gitops requires.
 func (r *Runner) gitRoot() (string, error) {
-	return filepath.Abs(r.cfg.Root)
+	return filepath.Abs(r.root)
 }
 
 // gitCheckout fills the empty workspace root with a checkout. Strategy clone reads a pack from

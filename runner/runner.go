@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/confine"
 	"github.com/tetherhq/tether/sandbox/service"
 )
 
@@ -31,6 +32,8 @@ type Config struct {
 	Version       string
 	Env           []string // base environment for commands
 	Logger        *slog.Logger
+	// Confine says how the agent's commands are kept apart from the runner (sandbox/confine).
+	Confine confine.Policy
 	// Backoff bounds between reconnect attempts.
 	MinBackoff, MaxBackoff time.Duration
 }
@@ -40,6 +43,12 @@ type Runner struct {
 	cfg      Config
 	runs     *runTable
 	services *service.Manager
+	// policy confines every command; Run completes it (agent socket, runner binary) before
+	// serving.
+	policy confine.Policy
+	// root is how the runner opens its workspace root: cfg.Root, or a descriptor path once
+	// isolate took the runner's file access down to the agent's.
+	root string
 
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
@@ -68,8 +77,13 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
-	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token}
+	if err := cfg.Confine.Check(); err != nil && cfg.Confine.Mode != protocol.IsolationNamespaces {
+		// Namespace paths are completed in Run; everything else is known now.
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root}
 	r.services = service.NewManager(r.resolveDir)
+	r.services.Confiner = r
 	return r, nil
 }
 
@@ -78,11 +92,16 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context) error {
 	// The agent socket lets tools inside the sandbox reach the runner; every command the runner
 	// starts finds it in TETHER_SOCKET. Without it the runner still serves the controller.
+	var agentSocket string
 	if sock, stopAgent, err := r.startAgent(ctx); err != nil {
 		r.cfg.Logger.Warn("no agent socket", "err", err)
 	} else {
 		defer stopAgent()
 		r.cfg.Env = setEnv(r.cfg.Env, protocol.EnvSocket, sock)
+		agentSocket = sock
+	}
+	if err := r.isolate(agentSocket); err != nil {
+		return fmt.Errorf("%w: cannot confine the agent: %v", ErrRefused, err)
 	}
 	backoff := r.cfg.MinBackoff
 	for {

@@ -10,17 +10,22 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/runner"
+	"github.com/tetherhq/tether/sandbox/confine"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == confine.InitArg {
+		os.Exit(confine.Init(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
 		fmt.Println("tether-runner", version)
 		return
@@ -43,7 +48,13 @@ func main() {
 		}
 		root = wd
 	}
+	policy, err := policyFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		os.Exit(2)
+	}
 	r, err := runner.New(runner.Config{
+		Confine:       policy,
 		ControllerURL: os.Getenv(protocol.EnvControllerURL),
 		Token:         token,
 		AllocationID:  os.Getenv(protocol.EnvAllocationID),
@@ -93,4 +104,24 @@ func withSelfOnPath(env []string) []string {
 	// exec resolves a bare command name with the runner's own PATH, so it must match.
 	_ = os.Setenv("PATH", path)
 	return append(out, "PATH="+path)
+}
+
+// policyFromEnv reads how the provider asked the runner to confine the agent.
+func policyFromEnv(getenv func(string) string) (confine.Policy, error) {
+	p := confine.Policy{Mode: getenv(protocol.EnvIsolation), StateDir: getenv(protocol.EnvSandboxDir), UID: -1, GID: -1}
+	for _, id := range []struct {
+		env string
+		dst *int
+	}{{protocol.EnvAgentUID, &p.UID}, {protocol.EnvAgentGID, &p.GID}} {
+		v := getenv(id.env)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return confine.Policy{}, fmt.Errorf("%s=%q is not a numeric id", id.env, v)
+		}
+		*id.dst = n
+	}
+	return p, nil
 }

@@ -27,6 +27,28 @@ type Spec struct {
 	// OutputGrace bounds how long output is still collected after the command exits while
 	// something it left behind keeps the pipes open.
 	OutputGrace time.Duration
+	// Confiner, when set, isolates the command from whoever starts it (see sandbox/confine).
+	Confiner Confiner
+	// WorkDir is Dir as a workspace-relative path, for a Confiner that shows the command the
+	// workspace somewhere else.
+	WorkDir string
+}
+
+// A Confiner changes how a command is started so that it runs apart from its starter: as
+// another user, or inside namespaces of its own. Confine may rewrite cmd (its path, arguments,
+// environment and SysProcAttr) before it starts.
+type Confiner interface {
+	Confine(cmd *exec.Cmd, workDir string) (Confined, error)
+}
+
+// Confined is what a Confiner needs around the confined command's life.
+type Confined struct {
+	// Started runs once the command started (or failed to): the starter's copies of descriptors
+	// it handed the child are closed there.
+	Started func()
+	// Exit turns the wrapper's exit into the command's own; an error is a failure of the
+	// confinement itself (the command never ran).
+	Exit func(Exit) (Exit, error)
 }
 
 // Exit is how a command ended.
@@ -66,7 +88,17 @@ func Start(spec Spec) (*Process, error) {
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
 	}
-	if err := cmd.Start(); err != nil {
+	confined := Confined{Started: func() {}, Exit: func(e Exit) (Exit, error) { return e, nil }}
+	if spec.Confiner != nil {
+		c, err := spec.Confiner.Confine(cmd, spec.WorkDir)
+		if err != nil {
+			return nil, err
+		}
+		confined = c
+	}
+	err := cmd.Start()
+	confined.Started()
+	if err != nil {
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), timedOut: make(chan struct{}), canceled: make(chan struct{})}
@@ -81,13 +113,17 @@ func Start(spec Spec) (*Process, error) {
 	go func() {
 		err := cmd.Wait()
 		stopTimer()
-		p.exit = exitOf(cmd.ProcessState)
-		p.exit.TimedOut = isClosed(p.timedOut)
-		p.exit.Canceled = isClosed(p.canceled)
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
 			p.err = err
 		}
+		exit, cerr := confined.Exit(exitOf(cmd.ProcessState))
+		if cerr != nil && p.err == nil {
+			p.err = cerr
+		}
+		p.exit = exit
+		p.exit.TimedOut = isClosed(p.timedOut)
+		p.exit.Canceled = isClosed(p.canceled)
 		close(p.done)
 	}()
 	return p, nil

@@ -7,6 +7,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"github.com/tetherhq/tether/sandbox/process"
 	"net"
 	"strconv"
 	"strings"
@@ -39,8 +40,10 @@ type DirResolver func(rel string) (dir string, release func(), err error)
 // keep running across controller disconnects.
 type Manager struct {
 	resolveDir DirResolver
-	mu         sync.Mutex
-	svcs       map[string]*Service
+	// Confiner, when set before the first Start, isolates every service's processes.
+	Confiner process.Confiner
+	mu       sync.Mutex
+	svcs     map[string]*Service
 }
 
 // NewManager makes a manager; resolveDir guards each service's working directory.
@@ -70,6 +73,7 @@ func (m *Manager) Start(ctx context.Context, spec protocol.ServiceSpec, baseEnv 
 		port = p
 	}
 	s := newService(spec, port, baseEnv, m.resolveDir)
+	s.confiner = m.Confiner
 	m.svcs[spec.Name] = s
 	m.mu.Unlock()
 	go s.supervise()

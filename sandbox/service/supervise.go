@@ -24,6 +24,7 @@ type Service struct {
 	port       int
 	env        []string
 	resolveDir DirResolver
+	confiner   process.Confiner
 	log        *Ring
 	tail       *tailBuffer
 
@@ -214,7 +215,7 @@ func (s *Service) launch() (*process.Process, error) {
 	}
 	defer release()
 	proc, err := process.Start(process.Spec{
-		Argv: s.spec.Argv, Env: s.env, Dir: dir,
+		Argv: s.spec.Argv, Env: s.env, Dir: dir, Confiner: s.confiner, WorkDir: s.spec.Cwd,
 		Stdout: s.log, Stderr: io.MultiWriter(s.log, s.tail),
 	})
 	if err != nil {
