@@ -54,7 +54,6 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 		return fail(protocol.Errorf(protocol.CodeInvalidArgument,
 			"branch %q is the project's base ref; a workspace works on a branch of its own", branch))
 	}
-	provider := firstNonEmpty(req.Provider, s.cfg.DefaultProvider)
 	unlock := s.projectLocks.lock(proj.ID + "\x00branch\x00" + branch)
 	ws, found, err := s.store.OpenWorkspaceFor(ctx, proj.ID, branch)
 	if err != nil {
@@ -74,11 +73,6 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 		reused, err := s.reuseWorkspace(ctx, ws)
 		return proj, nil, &reused, noop, err
 	}
-	strategy := api.StrategyClone
-	if provider == "local" {
-		// The local provider's runner shares the controller's host, and so the base clone.
-		strategy = api.StrategyWorktree
-	}
 	repo, commit, err := s.fetchBase(ctx, proj)
 	if err != nil {
 		unlock()
@@ -89,7 +83,7 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 		unlock()
 		return fail(err)
 	}
-	git := &api.WorkspaceGit{ProjectID: proj.ID, Mode: mode, Strategy: strategy, Branch: branch,
+	git := &api.WorkspaceGit{ProjectID: proj.ID, Mode: mode, Strategy: api.StrategyClone, Branch: branch,
 		BaseRef: proj.BaseRef, BaseCommit: commit, Provision: req.Provision, Teardown: req.Teardown}
 	if start != commit {
 		git.StartCommit = start
@@ -102,7 +96,7 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 // tip there: an operator who names an existing branch means to work on it. Any other branch
 // starts at the base ref's commit (returned as ""). The source's branch is fetched apart from
 // the base clone's branches; one of those with the name (the clone's copy of the source's, or
-// what an earlier workspace left) is only ever replaced when the tip contains all of it, and a
+// one an earlier Tether's worktree left) is only ever replaced when the tip contains all of it, and a
 // branch only the base clone still has is refused: neither is overwritten.
 func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsource.Repo, branch string) (string, error) {
 	unlock := s.projectLocks.lock(proj.ID)
@@ -119,7 +113,7 @@ func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsour
 		return "", nil // a new branch
 	case err != nil:
 		return "", protocol.Errorf(protocol.CodeConflict,
-			"branch %q is in project %s's base clone but no longer at its source (left by an earlier workspace, or deleted there); name another with --branch or --name", branch, proj.Name)
+			"branch %q is in project %s's base clone but no longer at its source (deleted there since it was cloned, or left by an earlier version's workspace); name another with --branch or --name", branch, proj.Name)
 	case herr == nil:
 		contained, aerr := repo.IsAncestor(ctx, held, gitsource.IncomingPrefix+branch)
 		if aerr != nil {
@@ -127,10 +121,10 @@ func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsour
 		}
 		if !contained {
 			return "", protocol.Errorf(protocol.CodeConflict,
-				"branch %q in project %s's base clone has commits its source's branch does not (left by an earlier workspace, or the source's was rewound); name another with --branch or --name", branch, proj.Name)
+				"branch %q in project %s's base clone has commits its source's branch does not (the source's was rewound since it was cloned, or an earlier version's workspace left it); name another with --branch or --name", branch, proj.Name)
 		}
 		// Everything it holds is in the tip, which the incoming ref keeps: the workspace's
-		// checkout creates the branch afresh (`git worktree add -b`, or inside the sandbox).
+		// checkout creates the branch afresh inside its own repository.
 		if err := repo.DeleteBranch(ctx, branch); err != nil {
 			return "", err
 		}
@@ -150,42 +144,28 @@ func (s *Server) reuseWorkspace(ctx context.Context, ws api.Workspace) (api.Work
 }
 
 // prepareCheckout fills a new allocation with its checkout and runs the provision commands, all
-// through the runner inside the allocation.
-// checkedOut says whether the checkout itself succeeded (so its branch is this workspace's).
-func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) (checkedOut bool, err error) {
+// through the runner inside the allocation. Whatever the provider, the checkout is a repository
+// of the workspace's own that the runner builds from a pack of every object reachable from the
+// commit (and the base commit): nothing of the base clone (config, hooks, refs, objects) is
+// shared with the workspace, so nothing the workspace writes reaches the controller's git.
+func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) error {
 	c, ok := s.hub.Get(ws.AllocationID)
 	if !ok {
-		return false, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
+		return protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
 	}
 	g := ws.Git
-	args := protocol.GitCheckoutArgs{Strategy: g.Strategy, Branch: g.Branch, Commit: firstNonEmpty(g.StartCommit, g.BaseCommit),
+	args := protocol.GitCheckoutArgs{Strategy: protocol.GitStrategyClone, Branch: g.Branch, Commit: firstNonEmpty(g.StartCommit, g.BaseCommit),
 		BaseRef: g.BaseRef, BaseCommit: g.BaseCommit}
-	if err := s.checkoutInto(ctx, c, ws.Epoch, proj, args, nil); err != nil {
-		return false, fmt.Errorf("checkout of %s at %s: %w", g.Branch, short(args.Commit), err)
+	pack, err := s.packReader(ctx, proj, []string{args.Commit, args.BaseCommit}, nil)
+	if err == nil {
+		var st protocol.GitStatus
+		err = callWithBody(ctx, c, protocol.OpGitCheckout, ws.Epoch, args, pack, &st)
+		pack.Close()
 	}
-	return true, s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
-}
-
-// checkoutInto has the runner check out args: from the base clone's path (worktree) or from a
-// pack of every object reachable from the commit, less those reachable from have (clone).
-func (s *Server) checkoutInto(ctx context.Context, c *hub.Conn, epoch uint64, proj api.Project, args protocol.GitCheckoutArgs, have []string) error {
-	var st protocol.GitStatus
-	if args.Strategy == api.StrategyWorktree {
-		unlock := s.projectLocks.lock(proj.ID)
-		repo, err := s.baseRepo(ctx, proj)
-		unlock()
-		if err != nil {
-			return err
-		}
-		args.BaseRepo = repo.Dir
-		return call(ctx, c, protocol.OpGitCheckout, epoch, args, &st)
-	}
-	pack, err := s.packReader(ctx, proj, []string{args.Commit, args.BaseCommit}, have)
 	if err != nil {
-		return err
+		return fmt.Errorf("checkout of %s at %s: %w", g.Branch, short(args.Commit), err)
 	}
-	defer pack.Close()
-	return callWithBody(ctx, c, protocol.OpGitCheckout, epoch, args, pack, &st)
+	return s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
 }
 
 // packReader streams a pack of the base clone's objects reachable from want and not from have.
@@ -311,24 +291,6 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
-
-// dropCheckout removes what a worktree checkout left in the base clone once its allocation is
-// gone: the worktree's registration and, with branch, its branch (a workspace removed or failed
-// gives its branch name back; a checkout that never happened has no branch of its own).
-func (s *Server) dropCheckout(ctx context.Context, ws api.Workspace, branch bool) {
-	if ws.Git == nil || ws.Git.Strategy != api.StrategyWorktree {
-		return
-	}
-	s.withBaseClone(ctx, ws.Git.ProjectID, func(repo *gitsource.Repo) {
-		_ = repo.PruneWorktrees(ctx)
-		if !branch {
-			return
-		}
-		if err := repo.DeleteBranch(ctx, ws.Git.Branch); err != nil {
-			s.log.Warn("delete workspace branch", "workspace", ws.ID, "branch", ws.Git.Branch, "err", err)
-		}
-	})
-}
 
 // teardown runs the workspace's teardown commands before its allocation is released. A failing
 // teardown is recorded (its run and an event) but does not hold the release: the work is saved

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -15,8 +14,7 @@ import (
 
 // What a gc sweep reclaims of a closed project workspace is storage its work no longer needs:
 // the objects of superseded receipts (every receipt holds the whole tree, Git directory
-// included, so the newest holds the work), the worktree registration in its project's base
-// clone, and a base clone no open workspace uses any more. A sweep deletes nothing unless the
+// included, so the newest holds the work), and a base clone no open workspace uses any more. A sweep deletes nothing unless the
 // newest receipt verifies, and never the newest receipt: reopen restores from it. Workspaces
 // that are not checkouts of a project keep all their snapshots (they are the user's history).
 
@@ -198,9 +196,6 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 			return freed, err
 		}
 	}
-	if ws.Git != nil && ws.Git.Strategy == api.StrategyWorktree {
-		s.pruneWorktrees(ctx, ws.Git.ProjectID)
-	}
 	if err := s.store.SetWorkspaceReclaimed(ctx, ws.ID, now); err != nil {
 		return freed, err
 	}
@@ -226,27 +221,6 @@ func (s *Server) finishReclaim(ctx context.Context, id string) (api.Workspace, e
 	return s.workspace(ctx, id)
 }
 
-// pruneWorktrees drops the base clone's registrations of worktrees whose allocations are gone.
-func (s *Server) pruneWorktrees(ctx context.Context, projectID string) {
-	s.withBaseClone(ctx, projectID, func(repo *gitsource.Repo) { _ = repo.PruneWorktrees(ctx) })
-}
-
-// withBaseClone calls fn with the project's base clone under the project's lock, if the clone is
-// on disk: housekeeping never clones a base clone a sweep removed just to tidy it.
-func (s *Server) withBaseClone(ctx context.Context, projectID string, fn func(repo *gitsource.Repo)) {
-	p, err := s.store.GetProject(ctx, projectID)
-	if err != nil {
-		return
-	}
-	unlock := s.projectLocks.lock(p.ID)
-	defer unlock()
-	dir := s.baseClonePath(p.ID)
-	if _, err := os.Stat(dir); err != nil {
-		return
-	}
-	fn(&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()})
-}
-
 func (s *Server) gcFault(step string) error {
 	if s.gcStep == nil {
 		return nil
@@ -255,8 +229,8 @@ func (s *Server) gcFault(step string) error {
 }
 
 // gcBaseClone removes a project's base clone when every workspace of the project has been
-// closed (or deleted) since before cutoff: no worktree is checked out of it and reopen restores
-// from receipts. The next workspace or inspection clones it again.
+// closed (or deleted) since before cutoff: reopen restores from receipts. The next workspace or
+// inspection clones it again.
 func (s *Server) gcBaseClone(ctx context.Context, projectID string, cutoff time.Time, swept map[string]bool, dryRun bool) (*api.GCCandidate, error) {
 	p, err := s.store.GetProject(ctx, projectID)
 	if err != nil {
@@ -273,12 +247,6 @@ func (s *Server) gcBaseClone(ctx context.Context, projectID string, cutoff time.
 		return nil, err
 	}
 	cand := &api.GCCandidate{WorkspaceID: "", Name: "base clone of project " + p.Name}
-	defer func() {
-		if !cand.Reclaimed && !dryRun {
-			// Kept: drop the registrations of worktrees whose allocations are gone.
-			_ = (&gitsource.Repo{Dir: dir, Source: p.Source, Git: s.gitBinary()}).PruneWorktrees(ctx)
-		}
-	}()
 	for _, ws := range wss {
 		switch ws.State {
 		case api.StateClosed, api.StateDeleted, api.StateFailed:

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -40,7 +39,9 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 // inspect computes a workspace's Git state and delivery, on demand: the base ref is fetched from
 // the source into the base clone, HEAD is read live from the runner (or, for a workspace without
 // one, from its last receipt), and the work is delivered when the source's base ref contains
-// HEAD. A source that cannot be reached makes delivery unknown, not an error.
+// HEAD. The workspace's repository is only ever read by its runner: the controller's git runs
+// on the base clone alone, with a commit id from the runner as an argument. A source that
+// cannot be reached makes delivery unknown, not an error.
 func (s *Server) inspect(ctx context.Context, ws api.Workspace, p api.Project) (api.Inspection, error) {
 	in := api.Inspection{WorkspaceID: ws.ID, BaseRef: ws.Git.BaseRef, Delivery: api.DeliveryUnknown}
 	repo, baseCommit, fetchErr := s.fetchBase(ctx, p)
@@ -80,7 +81,7 @@ func (s *Server) headState(ctx context.Context, ws api.Workspace, baseCommit str
 	if ws.State == api.StateReady {
 		if c, ok := s.hub.Get(ws.AllocationID); ok {
 			var st protocol.GitStatus
-			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit, AllowLinked: ws.Git.Strategy == api.StrategyWorktree}, &st)
+			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
 			return st, "live", err
 		}
 	}
@@ -119,31 +120,24 @@ func (s *Server) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st protocol.GitStatus
-	linked := ws.Git.Strategy == api.StrategyWorktree // only a worktree checkout may name a git dir elsewhere
-	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit, AllowLinked: linked}, &st); err != nil {
+	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st); err != nil {
 		writeError(w, err)
 		return
 	}
-	args := protocol.GitReconcileArgs{BaseRef: ws.Git.BaseRef, Commit: baseCommit, AllowLinked: linked}
+	// The workspace's repository is its own: the base's objects travel as a pack, less what the
+	// workspace surely has, and the runner takes them in.
+	args := protocol.GitReconcileArgs{BaseRef: ws.Git.BaseRef, Commit: baseCommit, HasPack: true}
 	var reply protocol.GitReconcileReply
-	if st.Linked {
-		// A linked worktree shares the base clone's objects: the fetch already brought them.
-		err = call(r.Context(), c, protocol.OpGitReconcile, epoch, args, &reply)
-	} else {
-		// A clone in a sandbox, or a worktree reopened from its receipt as a standalone
-		// repository: the objects travel as a pack, less what the workspace surely has.
-		args.HasPack = true
-		var have []string
-		for _, h := range []string{ws.Git.BaseCommit, st.Head} {
-			if s.hasCommit(r.Context(), p, h) {
-				have = append(have, h)
-			}
+	var have []string
+	for _, h := range []string{ws.Git.BaseCommit, st.Head} {
+		if s.hasCommit(r.Context(), p, h) {
+			have = append(have, h)
 		}
-		var pack io.ReadCloser
-		if pack, err = s.packReader(r.Context(), p, []string{baseCommit}, have); err == nil {
-			err = callWithBody(r.Context(), c, protocol.OpGitReconcile, epoch, args, pack, &reply)
-			pack.Close()
-		}
+	}
+	pack, err := s.packReader(r.Context(), p, []string{baseCommit}, have)
+	if err == nil {
+		err = callWithBody(r.Context(), c, protocol.OpGitReconcile, epoch, args, pack, &reply)
+		pack.Close()
 	}
 	if err != nil {
 		writeError(w, err)

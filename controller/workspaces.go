@@ -99,13 +99,11 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 			return
 		}
 		if git != nil {
-			if checkedOut, err := s.prepareCheckout(s.ctx, ws, proj); err != nil {
+			if err := s.prepareCheckout(s.ctx, ws, proj); err != nil {
 				s.log.Warn("workspace checkout or provision failed", "workspace", ws.ID, "reason", err)
 				_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "checkout or provision failed")
 				if rerr := s.releaseAllocation(context.WithoutCancel(s.ctx), ws); rerr != nil {
 					s.log.Warn("release failed workspace", "workspace", ws.ID, "err", rerr)
-				} else {
-					s.dropCheckout(s.ctx, ws, checkedOut)
 				}
 				return
 			}
@@ -259,8 +257,6 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, "", "workspace rm"); err != nil {
 		return ws, err
 	}
-	// A failed workspace's branch, if its checkout happened, went when it failed.
-	s.dropCheckout(ctx, ws, ws.State != api.StateFailed)
 	ws.State, ws.Connected = api.StateDeleted, false
 	return ws, nil
 }

@@ -95,32 +95,34 @@ func TestProjectIsolatedWorkspaces(t *testing.T) {
 		t.Fatalf("project: %+v", p)
 	}
 	base := filepath.Join(c.Data, "projects", p.ID, "base.git")
-	// What the base clone is: every ref but the tasks' own branches, its HEAD and its config.
-	// (A worktree's commits do land in the shared object store and under refs/heads/tether/;
-	// nothing else of the base clone may change.)
+	// What the base clone is: every ref, its HEAD and its config. Only the controller writes
+	// it: a task's commits live in the task's own repository, never here.
 	baseState := func() string {
 		refs := gitIn(t, base, "for-each-ref", "--format=%(refname) %(objectname)")
-		var keep []string
-		for _, line := range strings.Split(refs, "\n") {
-			if !strings.HasPrefix(line, "refs/heads/tether/") {
-				keep = append(keep, line)
-			}
-		}
 		cfg, err := os.ReadFile(filepath.Join(base, "config"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.Join(keep, "\n") + "\nHEAD " + gitIn(t, base, "symbolic-ref", "HEAD") + "\n" + string(cfg)
+		return refs + "\nHEAD " + gitIn(t, base, "symbolic-ref", "HEAD") + "\n" + string(cfg)
 	}
 	before := baseState()
 
 	a := c.createWorkspace(t, "--project", p.Name, "--name", "task-a")
 	b := c.createWorkspace(t, "--project", p.ID, "--name", "task-b")
-	if a.Git == nil || a.Git.Branch != "tether/task-a" || a.Git.Strategy != api.StrategyWorktree || b.Git.Branch != "tether/task-b" {
+	if a.Git == nil || a.Git.Branch != "tether/task-a" || a.Git.Strategy != api.StrategyClone || b.Git.Branch != "tether/task-b" {
 		t.Fatalf("workspaces: %+v %+v", a.Git, b.Git)
 	}
 	if a.Root == b.Root {
 		t.Fatal("two isolated workspaces share a root")
+	}
+	// Each has a repository of its own: .git is a directory, not a worktree of the base clone.
+	for _, ws := range []api.Workspace{a, b} {
+		if fi, err := os.Lstat(filepath.Join(ws.Root, ".git")); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: .git is not a directory of its own: %v", ws.Name, err)
+		}
+	}
+	if wts, _ := os.ReadDir(filepath.Join(base, "worktrees")); len(wts) != 0 {
+		t.Fatalf("the base clone has worktrees: %v", wts)
 	}
 	for _, ws := range []api.Workspace{a, b} {
 		if got := c.wsGit(t, ws.ID, "rev-parse", "--abbrev-ref", "HEAD"); got != ws.Git.Branch {

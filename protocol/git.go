@@ -3,12 +3,10 @@ package protocol
 // Git workspace operations, opened by the controller. They act on the Git repository at the
 // workspace root.
 const (
-	// OpGitCheckout fills an empty workspace root with a checkout (Args: GitCheckoutArgs).
-	// With strategy "worktree" the runner runs `git worktree add` from BaseRepo (a path on its
-	// own host: the local provider). With strategy "clone" the request has a body: a Git pack
-	// (`git pack-objects` output) holding every object reachable from Commit; the runner builds
-	// the repository from it without a network remote and without a git binary. Result:
-	// GitStatus of the new checkout.
+	// OpGitCheckout fills an empty workspace root with a checkout (Args: GitCheckoutArgs). The
+	// request has a body: a Git pack (`git pack-objects` output) holding every object reachable
+	// from Commit; the runner builds a repository of the workspace's own from it, without a
+	// network remote and without a git binary. Result: GitStatus of the new checkout.
 	OpGitCheckout = "git_checkout"
 	// OpGitInspect (Args: GitInspectArgs) reads the repository: Result GitStatus. Read-only.
 	OpGitInspect = "git_inspect"
@@ -20,22 +18,16 @@ const (
 	OpGitReconcile = "git_reconcile"
 )
 
-// Checkout strategies (see OpGitCheckout).
-const (
-	GitStrategyWorktree = "worktree"
-	GitStrategyClone    = "clone"
-)
+// GitStrategyClone is the one checkout strategy (see OpGitCheckout).
+const GitStrategyClone = "clone"
 
 // GitCheckoutArgs are the arguments of OpGitCheckout.
 type GitCheckoutArgs struct {
 	Strategy string `json:"strategy"`
-	// BaseRepo is the base clone's path on the runner's host (worktree only).
-	BaseRepo string `json:"base_repo,omitempty"`
 	// Branch is created at Commit and checked out. Commit is a full 40-hex object id.
 	Branch string `json:"branch"`
 	Commit string `json:"commit"`
-	// BaseRef (e.g. main) is recorded as refs/remotes/origin/<BaseRef> at BaseCommit (clone
-	// only; a worktree sees the base clone's refs/heads/<BaseRef>).
+	// BaseRef (e.g. main) is recorded as refs/remotes/origin/<BaseRef> at BaseCommit.
 	BaseRef    string `json:"base_ref,omitempty"`
 	BaseCommit string `json:"base_commit,omitempty"`
 }
@@ -45,18 +37,11 @@ type GitCheckoutArgs struct {
 // any.
 type GitInspectArgs struct {
 	BaseCommit string `json:"base_commit,omitempty"`
-	// AllowLinked: the workspace may be a linked worktree whose git directory lies outside it
-	// (the controller checked it out so). Otherwise a .git file naming another directory is
-	// refused: in a sandbox it could only lead the runner out of the workspace.
-	AllowLinked bool `json:"allow_linked,omitempty"`
 }
 
 // GitStatus is what the runner reads of a workspace's repository.
 type GitStatus struct {
-	Head string `json:"head"` // commit id, "" in an empty repository
-	// Linked: the workspace is a linked worktree whose objects live in a base repository on
-	// the runner's host (a reconcile needs no pack then).
-	Linked   bool   `json:"linked,omitempty"`
+	Head     string `json:"head"`             // commit id, "" in an empty repository
 	Branch   string `json:"branch,omitempty"` // "" when detached
 	Upstream string `json:"upstream,omitempty"`
 	// BaseKnown: the commit Ahead/Behind count against is present in the repository.
@@ -76,8 +61,6 @@ type GitReconcileArgs struct {
 	BaseRef string `json:"base_ref"`
 	Commit  string `json:"commit"` // the base ref's commit at the source
 	HasPack bool   `json:"has_pack,omitempty"`
-	// AllowLinked as in GitInspectArgs.
-	AllowLinked bool `json:"allow_linked,omitempty"`
 }
 
 // Reconcile actions.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,8 +30,8 @@ func (r *Runner) gitRoot() (string, error) {
 	return filepath.Abs(r.root)
 }
 
-// gitCheckout fills the empty workspace root with a checkout. Strategy clone reads a pack from
-// the request body; strategy worktree runs `git worktree add` from a base clone on this host.
+// gitCheckout fills the empty workspace root with a repository of its own, built from the pack
+// in the request body.
 func (r *Runner) gitCheckout(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.GitStatus, error) {
 	var args protocol.GitCheckoutArgs
 	if err := decodeArgs(h, &args); err != nil {
@@ -42,29 +41,20 @@ func (r *Runner) gitCheckout(ctx context.Context, st *yamux.Stream, h protocol.H
 	if err != nil {
 		return protocol.GitStatus{}, err
 	}
-	switch args.Strategy {
-	case protocol.GitStrategyClone:
-		// Refusals come before the body, so the controller stops sending it at once.
-		if err := gitops.CheckClone(root, args); err != nil {
-			return protocol.GitStatus{}, err
-		}
-		pack, done, err := spoolBody(ctx, st, root)
-		if err != nil {
-			return protocol.GitStatus{}, err
-		}
-		defer done()
-		defer lockGit(root)()
-		return gitops.CloneFromPack(ctx, root, pack, args)
-	case protocol.GitStrategyWorktree:
-		bin, err := exec.LookPath("git")
-		if err != nil {
-			return protocol.GitStatus{}, protocol.Errorf(protocol.CodeUnsupported, "no git binary in this sandbox: strategy %q needs one; use %q", args.Strategy, protocol.GitStrategyClone)
-		}
-		defer lockGit(root)()
-		return gitops.WorktreeAdd(ctx, bin, root, args)
-	default:
-		return protocol.GitStatus{}, protocol.Errorf(protocol.CodeInvalidArgument, "checkout strategy %q: want %q or %q", args.Strategy, protocol.GitStrategyClone, protocol.GitStrategyWorktree)
+	if args.Strategy != protocol.GitStrategyClone {
+		return protocol.GitStatus{}, protocol.Errorf(protocol.CodeInvalidArgument, "checkout strategy %q: want %q", args.Strategy, protocol.GitStrategyClone)
 	}
+	// Refusals come before the body, so the controller stops sending it at once.
+	if err := gitops.CheckClone(root, args); err != nil {
+		return protocol.GitStatus{}, err
+	}
+	pack, done, err := spoolBody(ctx, st, root)
+	if err != nil {
+		return protocol.GitStatus{}, err
+	}
+	defer done()
+	defer lockGit(root)()
+	return gitops.CloneFromPack(ctx, root, pack, args)
 }
 
 // gitInspect reads the workspace's repository; it changes nothing, so it takes no lock.

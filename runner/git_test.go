@@ -166,14 +166,15 @@ func TestGitOpsOverSession(t *testing.T) {
 	}
 }
 
-// Without a git binary the worktree strategy says so plainly.
-func TestGitWorktreeNeedsGit(t *testing.T) {
+// A checkout is only ever a repository of the workspace's own, built from a pack: a `git
+// worktree add` from a repository elsewhere on the host (what earlier controllers asked of the
+// local provider) is refused before anything is read.
+func TestGitCheckoutOnlyFromPack(t *testing.T) {
 	_, sess := pipeRunner(t)
-	t.Setenv("PATH", t.TempDir())
-	tr := op(t, sess, protocol.OpGitCheckout, 1, protocol.GitCheckoutArgs{Strategy: protocol.GitStrategyWorktree,
-		BaseRepo: "/nonexistent", Branch: "ws", Commit: strings.Repeat("a", 40)})
-	if tr.OK || tr.Error.Code != protocol.CodeUnsupported {
-		t.Fatalf("worktree without git: %+v", tr)
+	tr := op(t, sess, protocol.OpGitCheckout, 1, map[string]string{"strategy": "worktree",
+		"base_repo": t.TempDir(), "branch": "ws", "commit": strings.Repeat("a", 40)})
+	if tr.OK || tr.Error.Code != protocol.CodeInvalidArgument {
+		t.Fatalf("worktree checkout: %+v", tr)
 	}
 }
 

@@ -16,15 +16,11 @@ const (
 	ModeOperatorBranch = "operator-branch"
 )
 
-// Checkout strategies: how a workspace's files come from the project's source.
-const (
-	// StrategyWorktree is a `git worktree add` from the controller's managed base clone (the
-	// local provider, whose runner shares the controller's host).
-	StrategyWorktree = "worktree"
-	// StrategyClone is a repository the runner builds inside the sandbox from a pack the
-	// controller streams over the runner's websocket (Docker, Daytona: no network remote).
-	StrategyClone = "clone"
-)
+// StrategyClone is how every workspace's files come from the project's source: a repository of
+// the workspace's own that the runner builds inside the sandbox from a pack the controller
+// streams over the runner's websocket (no network remote, nothing shared with the base clone).
+// Workspaces recorded by earlier controllers on the local provider may say "worktree".
+const StrategyClone = "clone"
 
 // Project is a Git source and how its tasks get checkouts of it.
 type Project struct {

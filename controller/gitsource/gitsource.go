@@ -346,16 +346,7 @@ func (r *Repo) Pack(ctx context.Context, w io.Writer, want []string, have []stri
 	return nil
 }
 
-// PruneWorktrees forgets worktrees whose directories are gone (`git worktree prune`).
-func (r *Repo) PruneWorktrees(ctx context.Context) error {
-	if _, err := r.run(ctx, nil, nil, true, "worktree", "prune"); err != nil {
-		return fail(protocol.CodeInternal, "worktree prune", err)
-	}
-	return nil
-}
-
-// DeleteBranch deletes refs/heads/<branch> (`git branch -D`). A missing branch is not an error; a
-// branch checked out in a worktree is CodeConflict.
+// DeleteBranch deletes refs/heads/<branch> (`git branch -D`). A missing branch is not an error.
 func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 	branch = strings.TrimPrefix(branch, "refs/heads/")
 	if err := CheckBranch(branch); err != nil {
@@ -369,10 +360,7 @@ func (r *Repo) DeleteBranch(ctx context.Context, branch string) error {
 		return nil
 	}
 	code := protocol.CodeInternal
-	switch {
-	case stderrHas(err, "checked out at", "used by worktree"):
-		code = protocol.CodeConflict
-	case isLockErr(err):
+	if isLockErr(err) {
 		code = protocol.CodeGitBusy
 	}
 	return fail(code, "delete branch "+branch, err)

@@ -18,8 +18,7 @@ import (
 // projAssetMax bounds one committed binary of the generated project repository.
 const projAssetMax = 4 << 20
 
-// countFiles prints how many regular files a checkout holds outside .git (a file in a linked
-// worktree, a directory in a clone).
+// countFiles prints how many regular files a checkout holds outside .git.
 const countFiles = "find . -path ./.git -prune -o -type f -print | wc -l"
 
 // repoInfo describes a generated project repository.
@@ -162,8 +161,8 @@ type projBench struct {
 }
 
 // projects makes a project of a generated repository and times isolated project workspaces on
-// the local provider (a `git worktree add` from the managed base clone) and on the Docker
-// provider (a pack streamed to the runner, which builds the repository with go-git) beside what a
+// the local and the Docker provider (on both a pack streamed to the runner, which builds the
+// workspace's own repository with go-git) beside what a
 // platform does per task without them: a `git clone --no-local`, and for Docker a `docker cp` of
 // the clone into a container.
 func (b *bench) projects(ctx context.Context) error {

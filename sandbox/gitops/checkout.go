@@ -1,15 +1,10 @@
 package gitops
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 
 	"github.com/go-git/go-billy/v5"
 	git "github.com/go-git/go-git/v5"
@@ -190,77 +185,4 @@ func writeFileAtomic(fsys billy.Filesystem, name string, data []byte, mode os.Fi
 		_ = fsys.Remove(tmp)
 	}
 	return err
-}
-
-// WorktreeAdd checks out a new branch at args.Commit into root (an existing empty directory) as
-// a linked worktree of the repository at args.BaseRepo, with the git binary gitBin:
-// `git --git-dir=BaseRepo worktree add -b Branch root Commit`. The workspace shares the base
-// repository's objects and refs; the base's HEAD and other branches do not move. On failure root
-// is left empty.
-func WorktreeAdd(ctx context.Context, gitBin, root string, args protocol.GitCheckoutArgs) (protocol.GitStatus, error) {
-	if args.BaseRepo == "" || !filepath.IsAbs(args.BaseRepo) {
-		return protocol.GitStatus{}, protocol.Errorf(protocol.CodeInvalidArgument, "base repository %q: an absolute path is required", args.BaseRepo)
-	}
-	if err := CheckRefName("branch", args.Branch); err != nil {
-		return protocol.GitStatus{}, err
-	}
-	if _, err := parseCommit("commit", args.Commit); err != nil {
-		return protocol.GitStatus{}, err
-	}
-	if err := checkEmptyDir(root); err != nil {
-		return protocol.GitStatus{}, err
-	}
-	if fi, err := os.Stat(args.BaseRepo); err != nil || !fi.IsDir() {
-		return protocol.GitStatus{}, protocol.Errorf(protocol.CodeNotFound, "base repository %s is not a directory", args.BaseRepo)
-	}
-	fi, err := os.Stat(root)
-	if err != nil {
-		return protocol.GitStatus{}, err
-	}
-	// Hooks of the base repository do not run: a checkout is not the place for side effects.
-	cmd := exec.CommandContext(ctx, gitBin, "--git-dir="+args.BaseRepo, "-c", "core.hooksPath=/dev/null",
-		"worktree", "add", "--quiet", "-b", args.Branch, root, strings.ToLower(args.Commit))
-	cmd.Env = gitEnv(os.Environ())
-	cmd.Dir = args.BaseRepo
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
-	if err := cmd.Run(); err != nil {
-		// Git removes a worktree it failed to make, sometimes with the directory itself.
-		if _, serr := os.Lstat(root); errors.Is(serr, os.ErrNotExist) {
-			_ = os.Mkdir(root, fi.Mode().Perm())
-		} else {
-			emptyDir(root)
-		}
-		if ctx.Err() != nil {
-			return protocol.GitStatus{}, ctx.Err()
-		}
-		msg := strings.TrimSpace(stderr.String())
-		code := protocol.CodeFailed
-		if strings.Contains(msg, "already exists") {
-			code = protocol.CodeConflict
-		}
-		return protocol.GitStatus{}, protocol.Errorf(code, "git worktree add: %v: %s", err, lastBytes(msg, 4096))
-	}
-	return Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: args.BaseCommit, AllowLinked: true})
-}
-
-// gitEnv is the runner's environment for a git command: no GIT_* variable of the runner's may
-// redirect it to another repository, index or object directory, and it never prompts.
-func gitEnv(env []string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "GIT_") {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return append(out, "GIT_TERMINAL_PROMPT=0")
-}
-
-func lastBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "..." + s[len(s)-n:]
 }

@@ -6,28 +6,18 @@ import (
 	"strings"
 
 	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/tetherhq/tether/protocol"
 )
 
 // gitFiles is where the runner itself writes Git's files (locks, refs, the index, reflogs) and
-// reads info/exclude. A repository inside the workspace is reached through its pinned .git,
-// so a symlink or fifo planted in .git (refs/heads -> /elsewhere, logs/HEAD -> a file outside)
-// is refused instead of followed. A linked worktree's base repository lies outside the workspace
-// on the runner's host (the local provider): the controller made and manages it, and it is
-// reached there by path.
+// reads info/exclude: the repository's pinned .git, so a symlink or fifo planted in .git
+// (refs/heads -> /elsewhere, logs/HEAD -> a file outside) is refused instead of followed.
 type gitFiles struct {
 	fs   billy.Filesystem
 	root string // the directory fs's names are relative to
 }
 
-func (r *repo) gitFiles() gitFiles {
-	if r.dot == nil {
-		return gitFiles{fs: osfs.New("/"), root: "/"}
-	}
-	// Not linked: the git directory and the common one are both .git, pinned.
-	return gitFiles{fs: r.dot, root: r.gitDir}
-}
+func (r *repo) gitFiles() gitFiles { return gitFiles{fs: r.dot, root: r.gitDir} }
 
 // name maps an absolute path under the repository to fs's name for it.
 func (g gitFiles) name(abs string) (string, error) {

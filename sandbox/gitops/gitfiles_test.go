@@ -72,11 +72,12 @@ func mustDo(t *testing.T, err error) {
 	}
 }
 
-// In a repository of the workspace's own, a .git file or a commondir naming a directory
-// elsewhere is refused: only a linked worktree the controller made may have them.
+// A .git file or a commondir naming a directory elsewhere is refused, a real linked worktree's
+// too: the runner only ever reads and writes a repository inside the workspace, never a base
+// repository another workspace (or the controller) shares.
 func TestGitDirElsewhereIsRefused(t *testing.T) {
 	ctx := context.Background()
-	_, root, base := cloned(t)
+	src, root, base := cloned(t)
 	elsewhere := t.TempDir()
 	mustDo(t, os.WriteFile(filepath.Join(root, ".git", "commondir"), []byte(elsewhere+"\n"), 0o644))
 	if _, err := Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: base}); protocol.CodeOf(err) != protocol.CodeCorrupt {
@@ -86,10 +87,29 @@ func TestGitDirElsewhereIsRefused(t *testing.T) {
 	mustDo(t, os.Rename(filepath.Join(root, ".git"), filepath.Join(root, "moved.git")))
 	mustDo(t, os.WriteFile(filepath.Join(root, ".git"), []byte("gitdir: "+filepath.Join(root, "moved.git")+"\n"), 0o644))
 	if _, err := Inspect(ctx, root, protocol.GitInspectArgs{BaseCommit: base}); protocol.CodeOf(err) != protocol.CodePathEscape {
-		t.Fatalf(".git file in a workspace that is no linked worktree: %v", err)
+		t.Fatalf(".git file in a workspace: %v", err)
 	}
 	if _, err := Reconcile(ctx, root, nil, protocol.GitReconcileArgs{BaseRef: "main", Commit: base}); protocol.CodeOf(err) != protocol.CodePathEscape {
 		t.Fatalf("reconcile through a .git file: %v", err)
+	}
+
+	baseRepo := filepath.Join(t.TempDir(), "base.git")
+	run(t, src, "clone", "-q", "--bare", src, baseRepo)
+	wt := filepath.Join(t.TempDir(), "wt")
+	run(t, baseRepo, "worktree", "add", "-q", "-b", "tether/ws", wt, "main")
+	before := run(t, baseRepo, "for-each-ref")
+	next, p := advance(t, src, base)
+	if _, err := Inspect(ctx, wt, protocol.GitInspectArgs{}); protocol.CodeOf(err) != protocol.CodePathEscape {
+		t.Fatalf("inspect of a linked worktree: %v", err)
+	}
+	if _, err := Reconcile(ctx, wt, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true}); protocol.CodeOf(err) != protocol.CodePathEscape {
+		t.Fatalf("reconcile of a linked worktree: %v", err)
+	}
+	if after := run(t, baseRepo, "for-each-ref"); after != before {
+		t.Fatalf("the base repository's refs changed:\n%s\nwas\n%s", after, before)
+	}
+	if out, err := runIn(t, baseRepo, nil, "cat-file", "-e", next); err == nil {
+		t.Fatalf("the pack's objects reached the base repository: %s", out)
 	}
 }
 

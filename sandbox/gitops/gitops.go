@@ -1,16 +1,16 @@
 // Package gitops creates and updates the Git repository at a workspace root for the controller's
 // Git operations (protocol.OpGitCheckout, OpGitInspect, OpGitReconcile).
 //
-// Everything but WorktreeAdd works without a git binary (go-git), because Docker sandboxes have
-// none. Two rules hold throughout: a branch never moves in a way that drops commits (only a
+// Everything works without a git binary (go-git), because sandboxes may have none, and nothing
+// runs what the repository's config, hooks or attributes say. Two rules hold throughout: a branch never moves in a way that drops commits (only a
 // fast-forward, guarded by a compare-and-swap on the ref), and a tree with uncommitted work is
 // never touched.
 //
 // The workspace's files are reached through guardFS, go-git's view of an fsguard.Root: every
 // path is resolved beneath the workspace root without following any symlink, so a symlink
-// committed or planted in the tree cannot send a write outside it. The git directory named by
-// a linked worktree's .git file lies outside the root by construction (it is the base clone's)
-// and is used where it says.
+// committed or planted in the tree cannot send a write outside it. The repository is always the
+// workspace's own: its .git is a directory inside the root, reached through the same guard; a
+// .git file or a commondir naming a directory elsewhere is refused, never followed.
 package gitops
 
 import (
@@ -23,14 +23,11 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/storage/filesystem"
-	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/internal/ctxio"
 )
@@ -124,14 +121,10 @@ func emptyDir(root string) {
 type repo struct {
 	*git.Repository
 	storage *filesystem.Storage
-	// linked: the workspace's .git is a file naming a worktree directory of another repository
-	// (a `git worktree add` checkout), whose refs and objects are shared with it.
-	linked bool
-	// root is the worktree; gitDir holds HEAD and the index, commonDir the refs, objects and
-	// config (the same directory unless linked).
-	root, gitDir, commonDir string
-	// wt is the worktree's filesystem, and dot the pinned .git of a repository of the
-	// workspace's own (nil when linked), open until close.
+	// root is the worktree and gitDir its .git, which holds HEAD, the index, refs, objects and
+	// config.
+	root, gitDir string
+	// wt is the worktree's filesystem and dot the pinned .git, open until close.
 	wt, dot *guardFS
 }
 
@@ -144,9 +137,8 @@ func (r *repo) close() {
 	}
 }
 
-// open opens the repository whose worktree is root. A linked worktree's git directory and its
-// common directory are read from where its .git file and commondir say, as Git does.
-func open(root string, allowLinked bool) (*repo, error) {
+// open opens the repository whose worktree is root and whose git directory is root/.git.
+func open(root string) (*repo, error) {
 	if !filepath.IsAbs(root) {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "workspace root %q is not absolute", root)
 	}
@@ -158,6 +150,12 @@ func open(root string, allowLinked bool) (*repo, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case fi.Mode().IsRegular():
+		return nil, protocol.Errorf(protocol.CodePathEscape, ".git is a file naming a git directory elsewhere: only a repository inside the workspace is used")
+	case !fi.IsDir():
+		return nil, protocol.Errorf(protocol.CodeSymlinkRefused, ".git is neither a directory nor a file (a symlink is never followed)")
+	}
 	out := &repo{root: root, gitDir: dotPath}
 	if out.wt, err = newGuardFS(root); err != nil {
 		return nil, err
@@ -168,108 +166,25 @@ func open(root string, allowLinked bool) (*repo, error) {
 			out.close()
 		}
 	}()
-	var dot, common billy.Filesystem
-	switch {
-	case fi.IsDir():
-		// A repository inside the workspace is read and written through the guard, its .git
-		// pinned by descriptor: a symlink planted or swapped in is refused, never followed.
-		g, err := out.wt.sub(git.GitDirName)
-		if err != nil {
-			return nil, err
-		}
-		out.dot, dot = g, g
-	case fi.Mode().IsRegular():
-		if !allowLinked {
-			return nil, protocol.Errorf(protocol.CodePathEscape, ".git is a file naming a git directory elsewhere, and this workspace is not a linked worktree")
-		}
-		gitdir, err := readGitFile(root, dotPath)
-		if err != nil {
-			return nil, err
-		}
-		dot = osfs.New(gitdir, osfs.WithBoundOS())
-		out.linked = true
-		out.gitDir = gitdir
-	default:
-		return nil, protocol.Errorf(protocol.CodeSymlinkRefused, ".git is neither a directory nor a file (a symlink is never followed)")
-	}
-	if common, err = commonDir(dot); err != nil {
+	// The repository is read and written through the guard, its .git pinned by descriptor: a
+	// symlink planted or swapped in is refused, never followed.
+	if out.dot, err = out.wt.sub(git.GitDirName); err != nil {
 		return nil, err
 	}
-	if common != nil && !out.linked {
-		// Only a linked worktree's git directory names a common one; in a repository of the
-		// workspace's own it could only lead the runner out of the workspace.
-		return nil, protocol.Errorf(protocol.CodeCorrupt, ".git/commondir is set in a repository that is not a linked worktree")
+	if _, err := out.dot.Lstat("commondir"); err == nil {
+		// Only a linked worktree's git directory names a common one; here it could only lead
+		// the runner out of the workspace.
+		return nil, protocol.Errorf(protocol.CodeCorrupt, ".git/commondir is set: only a repository of the workspace's own is used")
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
-	repoFS := dot
-	out.commonDir = out.gitDir
-	if common != nil {
-		repoFS = dotgit.NewRepositoryFilesystem(dot, common)
-		out.commonDir = common.Root()
-	}
-	out.storage = filesystem.NewStorageWithOptions(repoFS, cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
+	out.storage = filesystem.NewStorageWithOptions(out.dot, cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
 	out.Repository, err = git.Open(out.storage, out.wt)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeCorrupt, "open the repository: %v", err)
 	}
 	opened = true
 	return out, nil
-}
-
-// readGitFile reads "gitdir: PATH" from a .git file; a relative PATH is relative to the
-// worktree, as in Git.
-func readGitFile(root, dotPath string) (string, error) {
-	f, err := os.Open(dotPath)
-	if err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	f.Close()
-	if err != nil {
-		return "", err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	gitdir, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
-	gitdir = strings.TrimSpace(gitdir)
-	if !ok || gitdir == "" {
-		return "", protocol.Errorf(protocol.CodeCorrupt, `.git file has no "gitdir:" line`)
-	}
-	if !filepath.IsAbs(gitdir) {
-		gitdir = filepath.Join(root, gitdir)
-	}
-	gitdir = filepath.Clean(gitdir)
-	if st, err := os.Stat(gitdir); err != nil || !st.IsDir() {
-		return "", protocol.Errorf(protocol.CodeCorrupt, ".git names %s, which is not a directory", gitdir)
-	}
-	return gitdir, nil
-}
-
-// commonDir opens the directory a git directory's "commondir" file names (nil when it has none:
-// not a linked worktree).
-func commonDir(dot billy.Filesystem) (billy.Filesystem, error) {
-	f, err := dot.Open("commondir")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	p := strings.TrimSpace(string(b))
-	if p == "" {
-		return nil, nil
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(dot.Root(), p)
-	}
-	p = filepath.Clean(p)
-	if st, err := os.Stat(p); err != nil || !st.IsDir() {
-		return nil, protocol.Errorf(protocol.CodeCorrupt, "commondir names %s, which is not a directory", p)
-	}
-	return osfs.New(p, osfs.WithBoundOS()), nil
 }
 
 // storePack adds a pack's objects to the repository. The pack must be self-contained (not

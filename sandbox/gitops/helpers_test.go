@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,7 +31,12 @@ func gitBin(t *testing.T) string {
 
 // testEnv isolates fixture git commands from the user's configuration and the runner's GIT_*.
 func testEnv(home string) []string {
-	env := gitEnv(os.Environ())
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			env = append(env, kv)
+		}
+	}
 	ts := 1_700_000_000 + clock.Add(60)
 	return append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
@@ -169,7 +173,7 @@ func sameFiles(t *testing.T, a, b string) {
 				if d.IsDir() {
 					return filepath.SkipDir
 				}
-				return nil // a linked worktree's .git file
+				return nil
 			}
 			fi, err := os.Lstat(p)
 			if err != nil {
@@ -206,20 +210,6 @@ func sameFiles(t *testing.T, a, b string) {
 			t.Errorf("%s: only in %s", k, b)
 		}
 	}
-}
-
-// refsExcept lists dir's refs as `git for-each-ref` does, without the named ones.
-func refsExcept(t *testing.T, dir string, except ...string) string {
-	t.Helper()
-	var keep []string
-	for _, line := range strings.Split(run(t, dir, "for-each-ref"), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 3 && slices.Contains(except, fields[2]) {
-			continue
-		}
-		keep = append(keep, line)
-	}
-	return strings.Join(keep, "\n")
 }
 
 func mustHash(t *testing.T, s string) plumbing.Hash {

@@ -24,7 +24,7 @@ func Inspect(ctx context.Context, root string, args protocol.GitInspectArgs) (pr
 			return protocol.GitStatus{}, err
 		}
 	}
-	r, err := open(root, args.AllowLinked)
+	r, err := open(root)
 	if err != nil {
 		return protocol.GitStatus{}, err
 	}
@@ -33,7 +33,7 @@ func Inspect(ctx context.Context, root string, args protocol.GitInspectArgs) (pr
 }
 
 func inspect(ctx context.Context, r *repo, base plumbing.Hash) (protocol.GitStatus, error) {
-	out := protocol.GitStatus{Linked: r.linked}
+	var out protocol.GitStatus
 	head, branch, err := readHead(r)
 	if err != nil {
 		return out, err
@@ -148,7 +148,7 @@ func countChanges(ctx context.Context, r *repo, out *protocol.GitStatus) error {
 // excludes reads info/exclude, which go-git's status leaves to its caller (it reads the
 // .gitignore files itself).
 func (r *repo) excludes() ([]gitignore.Pattern, error) {
-	f, err := r.gitFiles().openFile(filepath.Join(r.commonDir, "info", "exclude"), os.O_RDONLY, 0)
+	f, err := r.gitFiles().openFile(filepath.Join(r.gitDir, "info", "exclude"), os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -38,7 +38,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: baseTip, AllowLinked: true})
+	st, err := Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: baseTip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestInspect(t *testing.T) {
 	run(t, dir, "config", "branch.ws.merge", "refs/heads/main")
 	run(t, dir, "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*")
 	for _, base := range []string{"", strings.Repeat("ab", 20)} {
-		st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: base, AllowLinked: true})
+		st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: base})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,26 +67,26 @@ func TestInspect(t *testing.T) {
 
 	// Nothing to count against.
 	run(t, dir, "config", "--unset", "branch.ws.merge")
-	if st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: strings.Repeat("ab", 20), AllowLinked: true}); err != nil || st.BaseKnown || st.Ahead != 0 || st.Upstream != "" {
+	if st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: strings.Repeat("ab", 20)}); err != nil || st.BaseKnown || st.Ahead != 0 || st.Upstream != "" {
 		t.Fatalf("no base: %+v %v", st, err)
 	}
 
 	// Detached.
 	run(t, dir, "checkout", "-q", "--detach", fork)
-	if st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: baseTip, AllowLinked: true}); err != nil || st.Branch != "" || st.Head != fork || st.Ahead != 0 || st.Behind != 1 {
+	if st, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: baseTip}); err != nil || st.Branch != "" || st.Head != fork || st.Ahead != 0 || st.Behind != 1 {
 		t.Fatalf("detached: %+v %v", st, err)
 	}
 
 	// Not a repository; an empty one.
-	_, err = Inspect(ctx, t.TempDir(), protocol.GitInspectArgs{BaseCommit: "", AllowLinked: true})
+	_, err = Inspect(ctx, t.TempDir(), protocol.GitInspectArgs{BaseCommit: ""})
 	wantCode(t, err, protocol.CodeNotFound)
 	empty := t.TempDir()
 	run(t, empty, "init", "-q", "-b", "main")
 	write(t, empty, "a", "a")
-	if st, err = Inspect(ctx, empty, protocol.GitInspectArgs{BaseCommit: "", AllowLinked: true}); err != nil || st.Head != "" || st.Branch != "main" || st.Untracked != 1 {
+	if st, err = Inspect(ctx, empty, protocol.GitInspectArgs{BaseCommit: ""}); err != nil || st.Head != "" || st.Branch != "main" || st.Untracked != 1 {
 		t.Fatalf("empty repository: %+v %v", st, err)
 	}
-	_, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: "not-a-commit", AllowLinked: true})
+	_, err = Inspect(ctx, dir, protocol.GitInspectArgs{BaseCommit: "not-a-commit"})
 	wantCode(t, err, protocol.CodeInvalidArgument)
 }
 
@@ -97,7 +97,7 @@ func TestInspectRefusesDotGitSymlink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(src, ".git"), filepath.Join(root, ".git")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Inspect(context.Background(), root, protocol.GitInspectArgs{BaseCommit: "", AllowLinked: true})
+	_, err := Inspect(context.Background(), root, protocol.GitInspectArgs{BaseCommit: ""})
 	wantCode(t, err, protocol.CodeSymlinkRefused)
 }
 
@@ -135,7 +135,7 @@ func TestAheadBehindMatchesGit(t *testing.T) {
 		commits = append(commits, run(t, dir, args...))
 	}
 	run(t, dir, "update-ref", "refs/heads/main", commits[len(commits)-1])
-	r, err := open(dir, true)
+	r, err := open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

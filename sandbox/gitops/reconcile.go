@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/tetherhq/tether/protocol"
@@ -23,9 +21,8 @@ import (
 )
 
 // Reconcile takes the base ref's new commit args.Commit into the repository at root. The pack,
-// when not nil, carries objects the repository may lack. In a repository of its own the commit
-// is recorded as refs/remotes/origin/<BaseRef>; a linked worktree writes no ref, because its base
-// is the shared repository's refs/heads/<BaseRef>, which the base clone's owner moves.
+// when not nil, carries objects the repository may lack. The commit is recorded as
+// refs/remotes/origin/<BaseRef>.
 //
 // The checked-out branch is then fast-forwarded to the commit only when that drops nothing: the
 // branch has no commit the base lacks, the tree has no uncommitted change (untracked files
@@ -37,18 +34,14 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 	if err != nil {
 		return out, err
 	}
-	r, err := open(root, args.AllowLinked)
+	r, err := open(root)
 	if err != nil {
 		return out, err
 	}
 	defer r.close()
 	if pack != nil {
-		// Objects live in the common directory. The pack goes there through a storage of that
-		// directory alone: go-git's pack writer loses its temporary file when it goes through
-		// the linked worktree's combined filesystem. The repository's storage finds the new
-		// pack on its next lookup.
-		objects := filesystem.NewStorageWithOptions(osfs.New(r.commonDir, osfs.WithBoundOS()), cache.NewObjectLRU(objectCacheSize), filesystem.Options{})
-		if err := storePack(ctx, objects, pack); err != nil {
+		// Through the pinned .git, as every other write of the runner's to the repository.
+		if err := storePack(ctx, r.storage, pack); err != nil {
 			return out, err
 		}
 	}
@@ -57,10 +50,8 @@ func Reconcile(ctx context.Context, root string, pack io.Reader, args protocol.G
 	} else if !ok {
 		return out, protocol.Errorf(protocol.CodeNotFound, "base commit %s is not in the repository", commit)
 	}
-	if !r.linked {
-		if err := setRef(r, originRef(args.BaseRef), commit); err != nil {
-			return out, fmt.Errorf("record %s: %w", originRef(args.BaseRef), err)
-		}
+	if err := setRef(r, originRef(args.BaseRef), commit); err != nil {
+		return out, fmt.Errorf("record %s: %w", originRef(args.BaseRef), err)
 	}
 	head, branch, err := readHead(r)
 	if err != nil {
@@ -150,7 +141,7 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 		return false, err
 	}
 	defer idxLock.release()
-	refPath := filepath.Join(r.commonDir, filepath.FromSlash(branch.String()))
+	refPath := filepath.Join(r.gitDir, filepath.FromSlash(branch.String()))
 	if err := files.mkdirAll(filepath.Dir(refPath)); err != nil {
 		return false, err
 	}
@@ -206,7 +197,7 @@ func fastForward(ctx context.Context, r *repo, branch plumbing.ReferenceName, he
 	}
 	if logRefs(r) {
 		msg := "tether: fast-forward to the base"
-		appendReflog(files, filepath.Join(r.commonDir, "logs", filepath.FromSlash(branch.String())), head, commit, msg)
+		appendReflog(files, filepath.Join(r.gitDir, "logs", filepath.FromSlash(branch.String())), head, commit, msg)
 		appendReflog(files, filepath.Join(r.gitDir, "logs", "HEAD"), head, commit, msg)
 	}
 	return true, nil
@@ -259,7 +250,7 @@ func (s *ffStorer) SetIndex(idx *index.Index) error {
 // setRef points name at h under Git's lock on the ref.
 func setRef(r *repo, name plumbing.ReferenceName, h plumbing.Hash) error {
 	files := r.gitFiles()
-	p := filepath.Join(r.commonDir, filepath.FromSlash(name.String()))
+	p := filepath.Join(r.gitDir, filepath.FromSlash(name.String()))
 	if err := files.mkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}

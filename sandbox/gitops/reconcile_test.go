@@ -35,7 +35,7 @@ func advance(t *testing.T, src, have string) (string, []byte) {
 func reconcile(t *testing.T, root string, p []byte, c string) protocol.GitReconcileReply {
 	t.Helper()
 	var body *bytes.Reader
-	args := protocol.GitReconcileArgs{BaseRef: "main", Commit: c, HasPack: p != nil, AllowLinked: true}
+	args := protocol.GitReconcileArgs{BaseRef: "main", Commit: c, HasPack: p != nil}
 	var rep protocol.GitReconcileReply
 	var err error
 	if p != nil {
@@ -186,69 +186,6 @@ func TestReconcileRefusals(t *testing.T) {
 	}
 }
 
-// In a linked worktree of a bare base clone the objects are shared: no pack, no ref written but
-// the worktree's own branch, which moves forward. The base repository keeps its HEAD and refs.
-func TestReconcileLinkedWorktree(t *testing.T) {
-	ctx := context.Background()
-	src := newSource(t)
-	first := commit(t, src, "second", map[string]string{"old.txt": "old\n", "keep.txt": "keep\n"})
-	baseRepo := filepath.Join(t.TempDir(), "base.git")
-	run(t, src, "clone", "-q", "--bare", src, baseRepo)
-	root := emptyRoot(t)
-	if _, err := WorktreeAdd(ctx, gitBin(t), root, protocol.GitCheckoutArgs{BaseRepo: baseRepo, Branch: "tether/ws", Commit: first}); err != nil {
-		t.Fatal(err)
-	}
-	next, _ := advance(t, src, first)
-	run(t, baseRepo, "fetch", "-q", src, "main:main")
-	headBefore := run(t, baseRepo, "symbolic-ref", "HEAD")
-	refsBefore := refsExcept(t, baseRepo, "refs/heads/tether/ws")
-
-	rep := reconcile(t, root, nil, next)
-	if rep.Action != protocol.GitFastForwarded || rep.Before != first || rep.After != next {
-		t.Fatalf("reply %+v", rep)
-	}
-	if out := run(t, root, "status", "--porcelain"); out != "" {
-		t.Fatalf("git status is not clean:\n%s", out)
-	}
-	if got := run(t, root, "rev-parse", "HEAD", "--abbrev-ref", "HEAD"); got != next+"\ntether/ws" {
-		t.Fatalf("HEAD:\n%s", got)
-	}
-	sameFiles(t, src, root)
-	if got := run(t, baseRepo, "symbolic-ref", "HEAD"); got != headBefore {
-		t.Fatalf("base HEAD moved to %s", got)
-	}
-	if got := refsExcept(t, baseRepo, "refs/heads/tether/ws"); got != refsBefore {
-		t.Fatalf("base refs changed:\n%s\nwas\n%s", got, refsBefore)
-	}
-	if got := run(t, baseRepo, "rev-parse", "refs/heads/tether/ws"); got != next {
-		t.Fatalf("the worktree's branch is %s in the base", got)
-	}
-	if _, err := os.Lstat(filepath.Join(baseRepo, "refs", "remotes")); !os.IsNotExist(err) {
-		t.Fatalf("refs/remotes written in the base repository: %v", err)
-	}
-	run(t, baseRepo, "fsck", "--strict", "--no-progress")
-
-	// With a pack the objects land in the shared object store, not the worktree's git directory;
-	// the base's own branches still do not move (the base clone's owner fetches into them).
-	third := commit(t, src, "third", map[string]string{"third.txt": "3\n"})
-	rep = reconcile(t, root, pack(t, src, third, "^"+next), third)
-	if rep.Action != protocol.GitFastForwarded || rep.After != third {
-		t.Fatalf("reply %+v", rep)
-	}
-	if got := refsExcept(t, baseRepo, "refs/heads/tether/ws"); got != refsBefore {
-		t.Fatalf("base refs changed:\n%s\nwas\n%s", got, refsBefore)
-	}
-	if packs, _ := filepath.Glob(filepath.Join(baseRepo, "worktrees", "*", "objects")); len(packs) != 0 {
-		t.Fatalf("objects written in the worktree's git directory: %v", packs)
-	}
-	if got := run(t, baseRepo, "cat-file", "-t", third); got != "commit" {
-		t.Fatalf("the base repository lacks %s: %s", third, got)
-	}
-	if out := run(t, root, "status", "--porcelain"); out != "" {
-		t.Fatalf("git status is not clean:\n%s", out)
-	}
-}
-
 // What the fast-forward checks under Git's locks: the branch still where it was counted, the
 // tree still clean, the ref not locked by someone else. Each refusal changes nothing and leaves
 // no lock of its own behind.
@@ -256,11 +193,11 @@ func TestFastForwardUnderLocks(t *testing.T) {
 	ctx := context.Background()
 	src, root, base := cloned(t)
 	next, p := advance(t, src, base)
-	if _, err := Reconcile(ctx, root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true, AllowLinked: true}); err != nil {
+	if _, err := Reconcile(ctx, root, bytes.NewReader(p), protocol.GitReconcileArgs{BaseRef: "main", Commit: next, HasPack: true}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, root, "reset", "-q", "--hard", base) // behind again, objects present
-	r, err := open(root, true)
+	r, err := open(root)
 	if err != nil {
 		t.Fatal(err)
 	}

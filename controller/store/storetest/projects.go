@@ -89,7 +89,7 @@ func testProjects(t *testing.T, s store.Store) {
 func createGit(t *testing.T, s store.Store, name, project, branch, state string, at time.Time) api.Workspace {
 	t.Helper()
 	w, a := Fixture(name, at, fmt.Sprintf("bootstrap-%s-%d", name, seq.Add(1)))
-	w.Git = &api.WorkspaceGit{ProjectID: project, Mode: api.ModeShared, Strategy: api.StrategyWorktree, Branch: branch,
+	w.Git = &api.WorkspaceGit{ProjectID: project, Mode: api.ModeShared, Strategy: api.StrategyClone, Branch: branch,
 		BaseRef: "main", BaseCommit: strings.Repeat("c0ffee", 6) + "abcd", Provision: []string{"make deps"}}
 	ctx := context.Background()
 	if err := s.CreateWorkspace(ctx, w, a); err != nil {
@@ -196,7 +196,7 @@ func testProjectWorkspaces(t *testing.T, s store.Store) {
 	// A second live workspace on a branch is refused while one lives (closed counts); once that
 	// one is deleted the branch is free, and a failed one gives it back too.
 	w2, a2 := Fixture("git-newer", base.Add(8*time.Second), fmt.Sprintf("bootstrap-newer-%d", seq.Add(1)))
-	w2.Git = &api.WorkspaceGit{ProjectID: "prj_a", Mode: api.ModeShared, Strategy: api.StrategyWorktree, Branch: "main", BaseRef: "main"}
+	w2.Git = &api.WorkspaceGit{ProjectID: "prj_a", Mode: api.ModeShared, Strategy: api.StrategyClone, Branch: "main", BaseRef: "main"}
 	if err := s.CreateWorkspace(ctx, w2, a2); protocol.CodeOf(err) != protocol.CodeConflict {
 		t.Fatalf("a second live workspace on prj_a's main: %v", err)
 	}
