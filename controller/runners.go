@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,31 +26,62 @@ var runnerUpgrader = websocket.Upgrader{
 	CheckOrigin: func(*http.Request) bool { return true },
 }
 
-// authenticateRunner accepts a one-use bootstrap token or a session token from an earlier
-// exchange and returns the allocation. A bootstrap token is only looked at here: it is claimed
-// once the runner's hello was accepted, so a connection that fails before that (a bad upgrade, a
-// refused hello, a dropped socket) does not strand the allocation without any usable token.
-func (s *Server) authenticateRunner(ctx context.Context, token string) (store.Allocation, bool, error) {
+// probeTimeout bounds the ping that tells a live runner connection from a dead one when a
+// connection for the same allocation arrives.
+const probeTimeout = 3 * time.Second
+
+// authenticateRunner finds the allocation of a runner's token: a bootstrap token no session
+// replaced yet, or the allocation's confirmed or pending session token. Nothing is spent here:
+// the token is rotated only once the runner's hello was accepted (acceptHello), so a connection
+// that fails before that (a bad upgrade, a refused hello, a dropped socket) does not strand the
+// allocation without any usable token.
+func (s *Server) authenticateRunner(ctx context.Context, token string) (store.Allocation, error) {
 	switch {
 	case strings.HasPrefix(token, prefixBootstrap):
-		a, err := s.store.BootstrapAllocation(ctx, hashToken(token))
-		return a, true, err
+		return s.store.BootstrapAllocation(ctx, hashToken(token))
 	case strings.HasPrefix(token, prefixSession):
-		a, err := s.store.AllocationBySession(ctx, hashToken(token))
-		return a, false, err
+		return s.store.AllocationBySession(ctx, hashToken(token))
 	default:
-		return store.Allocation{}, false, protocol.Errorf(protocol.CodeUnauthorized, "missing or malformed runner token")
+		return store.Allocation{}, protocol.Errorf(protocol.CodeUnauthorized, "missing or malformed runner token")
 	}
 }
 
+// Session tokens and replay. Every accepted hello rotates the runner's token: the welcome carries
+// a new one, and the store keeps only hashes. At most two tokens admit an allocation's runner:
+//
+//   - the confirmed one, which the runner is known to hold (the bootstrap token, until a session
+//     was confirmed), and
+//   - the pending one, which the last welcome carried.
+//
+// The runner answers the welcome with a WelcomeAck once it took the new token; that confirms it,
+// and the token it connected with stops working there and then. If the welcome (or the ack) was
+// lost — the socket dropped, the controller crashed after recording the new token — the runner
+// reconnects with whichever token it holds: the old one (the new one never arrived: it is
+// dropped and another issued) or the new one (presenting it proves it arrived: it is confirmed
+// and the old one dies). So a runner is never locked out by a lost welcome, and an old token
+// stolen earlier is dead as soon as the runner confirmed a newer one: the only window in which
+// an old token still works is the one in which the runner itself may still hold nothing newer.
+//
+// A second connection while the allocation's runner is connected is refused, never swapped in:
+// the hub pings the live session first (probeTimeout), and only a session that does not answer
+// — half-open after a network drop the controller has not noticed yet — is closed to admit the
+// reconnecting runner. The refusal is code unauthorized with HTTP status StatusAllocationBusy,
+// which the runner retries (it may be the genuine runner, early), unlike 401/403; it is logged and
+// recorded as a workspace event.
 func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	token := bearer(r)
-	alloc, bootstrap, err := s.authenticateRunner(r.Context(), token)
+	alloc, err := s.authenticateRunner(r.Context(), token)
 	if err != nil {
 		s.log.Warn("runner refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, err)
 		return
 	}
+	release, err := s.hub.Admit(alloc.ID, probeTimeout)
+	if err != nil {
+		s.refuseSecondRunner(w, r, alloc, err)
+		return
+	}
+	defer release()
 	ws, err := runnerUpgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // Upgrade already answered
@@ -61,17 +93,7 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sess.Close()
-	// The session token is granted in exchange for the bootstrap token, claimed atomically just
-	// before the welcome is sent: of two runners presenting the same token, one wins.
-	var claim func() (string, error)
-	if bootstrap {
-		claim = func() (string, error) {
-			session := newToken(prefixSession)
-			_, err := s.store.ClaimBootstrap(s.ctx, hashToken(token), hashToken(session))
-			return session, err
-		}
-	}
-	hello, version, err := s.acceptHello(sess, alloc, claim)
+	hello, version, err := s.acceptHello(sess, alloc, hashToken(token))
 	if err != nil {
 		s.log.Warn("runner hello refused", "allocation", alloc.ID, "err", err)
 		return
@@ -101,8 +123,27 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("runner disconnected", "allocation", alloc.ID)
 }
 
-// acceptHello reads the runner's hello on its first stream and answers with the welcome.
-func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim func() (string, error)) (protocol.Hello, int, error) {
+// refuseSecondRunner answers a connection for an allocation that already has one (Admit's err),
+// and logs and records the attempt: with a valid token, it is either the genuine runner early
+// (it retries) or someone who got hold of the runner's token.
+func (s *Server) refuseSecondRunner(w http.ResponseWriter, r *http.Request, alloc store.Allocation, err error) {
+	why := "its runner is connected and answering"
+	if errors.Is(err, hub.ErrAdmitting) {
+		why = "another connection of it is being set up"
+	}
+	s.log.Warn("second runner connection refused", "allocation", alloc.ID, "workspace", alloc.WorkspaceID, "remote", r.RemoteAddr, "reason", why)
+	cause := fmt.Sprintf("runner connection from %s refused: allocation %s already has one (%s)", r.RemoteAddr, alloc.ID, why)
+	if err := s.store.RecordEvent(context.WithoutCancel(r.Context()), alloc.WorkspaceID, cause); err != nil {
+		s.log.Error("record refused runner connection", "workspace", alloc.WorkspaceID, "err", err)
+	}
+	e := protocol.Errorf(protocol.CodeUnauthorized, "allocation %s already has a connected runner: a second connection is refused", alloc.ID)
+	writeJSON(w, protocol.StatusAllocationBusy, api.ErrorBody{Error: *e})
+}
+
+// acceptHello reads the runner's hello on its first stream, rotates the runner's token (presented
+// is the hash of the one it connected with) and answers with the welcome carrying the new one,
+// which the runner's WelcomeAck confirms.
+func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presented string) (protocol.Hello, int, error) {
 	var hello protocol.Hello
 	timer := time.AfterFunc(helloTimeout, func() { sess.Close() })
 	defer timer.Stop()
@@ -132,15 +173,15 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim 
 	if err != nil {
 		return refuse(protocol.AsError(err))
 	}
-	var session string
-	if claim != nil {
-		if session, err = claim(); err != nil {
-			return refuse(protocol.AsError(err))
-		}
-	}
 	ws, err := s.store.GetWorkspace(s.ctx, alloc.WorkspaceID)
 	if err != nil {
-		return hello, 0, err
+		return refuse(protocol.AsError(err))
+	}
+	// Rotated just before the welcome is sent: of two connections presenting the same token, one
+	// wins, and the token stays good until the runner shows it holds the new one.
+	session := newToken(prefixSession)
+	if _, err := s.store.RotateSession(s.ctx, alloc.ID, presented, hashToken(session)); err != nil {
+		return refuse(protocol.AsError(err))
 	}
 	welcome, err := json.Marshal(protocol.Welcome{Protocol: version, WorkspaceID: alloc.WorkspaceID, SessionToken: session, Epoch: ws.Epoch})
 	if err != nil {
@@ -148,6 +189,19 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, claim 
 	}
 	if err := protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: welcome}); err != nil {
 		return hello, 0, err
+	}
+	var ack protocol.WelcomeAck
+	switch err := protocol.ReadJSON(st, &ack); {
+	case err != nil:
+		// A runner that sends no ack keeps its previous token working until it presents the new
+		// one; nothing else is lost.
+		s.log.Info("runner did not confirm its new session token", "allocation", alloc.ID, "err", err)
+	case ack.SessionTokenSHA256 != hashToken(session):
+		s.log.Warn("runner confirmed another session token than it was sent", "allocation", alloc.ID)
+	default:
+		if _, err := s.store.ConfirmSession(s.ctx, alloc.ID, hashToken(session)); err != nil {
+			s.log.Error("confirm runner session token", "allocation", alloc.ID, "err", err)
+		}
 	}
 	return hello, version, nil
 }

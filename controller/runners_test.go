@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -75,6 +76,12 @@ func (tc *testController) addAllocation(t *testing.T, name string) allocation {
 // dial opens a runner websocket with token. On refusal it returns the HTTP response.
 func (tc *testController) dial(t *testing.T, token string) (*yamux.Session, *http.Response) {
 	t.Helper()
+	return tc.dialWrapped(t, token, nil)
+}
+
+// dialWrapped is dial with the runner's end of the connection passed through wrap, if set.
+func (tc *testController) dialWrapped(t *testing.T, token string, wrap func(net.Conn) net.Conn) (*yamux.Session, *http.Response) {
+	t.Helper()
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", protocol.Bearer(token))
@@ -87,7 +94,10 @@ func (tc *testController) dial(t *testing.T, token string) (*yamux.Session, *htt
 		}
 		return nil, resp
 	}
-	conn := protocol.NewWSConn(ws)
+	var conn net.Conn = protocol.NewWSConn(ws)
+	if wrap != nil {
+		conn = wrap(conn)
+	}
 	sess, err := protocol.MuxClient(conn)
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +124,15 @@ func goodHello(allocationID string) protocol.Hello {
 		AllocationID: allocationID, Capabilities: protocol.RunnerCapabilities, PID: 42, Root: "/srv/ws"}
 }
 
-// hello sends the hello on a new stream and returns the controller's trailer.
+// hello sends the hello on a new stream and returns the controller's trailer; a welcome is
+// acknowledged as the runner does.
 func hello(t *testing.T, sess *yamux.Session, h protocol.Hello) protocol.Trailer {
+	t.Helper()
+	return helloAck(t, sess, h, true)
+}
+
+// helloAck is hello with the welcome acknowledged or not (a runner whose ack was lost).
+func helloAck(t *testing.T, sess *yamux.Session, h protocol.Hello, ack bool) protocol.Trailer {
 	t.Helper()
 	st, err := sess.OpenStream()
 	if err != nil {
@@ -133,6 +150,12 @@ func hello(t *testing.T, sess *yamux.Session, h protocol.Hello) protocol.Trailer
 	var tr protocol.Trailer
 	if err := protocol.ReadJSON(st, &tr); err != nil {
 		t.Fatalf("reading the hello trailer: %v (writing the hello: %v)", err, werr)
+	}
+	var w protocol.Welcome
+	if ack && tr.OK && json.Unmarshal(tr.Result, &w) == nil && w.SessionToken != "" {
+		if err := protocol.WriteJSON(st, protocol.WelcomeAck{SessionTokenSHA256: hashToken(w.SessionToken)}); err != nil {
+			t.Fatalf("acknowledging the welcome: %v", err)
+		}
 	}
 	return tr
 }
@@ -305,6 +328,15 @@ func TestRunnerBootstrapThenSession(t *testing.T) {
 	}
 	wantRefused(t, "spent bootstrap token", resp, http.StatusUnauthorized, protocol.CodeUnauthorized)
 
+	// While the runner is connected, its own token does not open a second connection.
+	_, resp = tc.dial(t, w.SessionToken)
+	if resp == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		t.Fatal("a second connection was accepted while the runner is connected")
+	}
+	wantRefused(t, "second connection", resp, protocol.StatusAllocationBusy, protocol.CodeUnauthorized)
+	first.Close()
+	eventually(t, "the first connection gone", func() bool { _, ok := tc.s.hub.Get(a.allocationID); return !ok })
+
 	// The session token names the allocation; a hello for another one is refused.
 	sess := tc.mustDial(t, w.SessionToken)
 	if tr := hello(t, sess, goodHello(other.allocationID)); protocol.CodeOf(tr.Err()) != protocol.CodeUnauthorized {
@@ -314,32 +346,33 @@ func TestRunnerBootstrapThenSession(t *testing.T) {
 	if _, ok := tc.s.hub.Get(other.allocationID); ok {
 		t.Fatal("other allocation registered through a's session token")
 	}
-	if c, ok := tc.s.hub.Get(a.allocationID); !ok || c.Hello.PID != 42 {
-		t.Fatal("a refused hello dropped the live connection")
-	}
 
-	// Reconnecting with the session token is accepted and replaces the old connection.
+	// Reconnecting with the session token is accepted, and the welcome carries a new token.
 	second := tc.mustDial(t, w.SessionToken)
 	h := goodHello(a.allocationID)
 	h.PID = 43
 	w2 := welcome(t, hello(t, second, h))
-	if w2.WorkspaceID != a.workspaceID || (w2.SessionToken != "" && !strings.HasPrefix(w2.SessionToken, prefixSession)) {
+	if w2.WorkspaceID != a.workspaceID || !strings.HasPrefix(w2.SessionToken, prefixSession) || w2.SessionToken == w.SessionToken {
 		t.Fatalf("welcome on reconnect = %+v", w2)
 	}
 	eventually(t, "reconnected runner registered", func() bool {
 		c, ok := tc.s.hub.Get(a.allocationID)
 		return ok && c.Hello.PID == 43
 	})
-	waitClosed(t, "replaced connection", first)
 	if second.IsClosed() {
 		t.Fatal("new connection closed")
 	}
+	if rec := tc.allocState(t, a.allocationID); rec.SessionHash != hashToken(w2.SessionToken) || rec.PendingSessionHash != "" {
+		t.Fatalf("store after the reconnect: %+v", rec)
+	}
+	second.Close()
+	eventually(t, "the second connection gone", func() bool { _, ok := tc.s.hub.Get(a.allocationID); return !ok })
 
 	// A destroyed allocation's session is revoked.
 	if err := tc.s.store.UpdateAllocation(context.Background(), a.allocationID, store.AllocDestroyed, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	_, resp = tc.dial(t, w.SessionToken)
+	_, resp = tc.dial(t, w2.SessionToken)
 	if resp == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		t.Fatal("session of a destroyed allocation accepted")
 	}
@@ -366,7 +399,7 @@ func TestRunnerConnectRefusesBadTokens(t *testing.T) {
 		wantRefused(t, name, resp, http.StatusUnauthorized, protocol.CodeUnauthorized)
 	}
 	// None of that spent or touched the real token.
-	if rec := tc.allocState(t, a.allocationID); rec.BootstrapUsed || rec.SessionHash != "" {
+	if rec := tc.allocState(t, a.allocationID); rec.BootstrapUsed || rec.SessionHash != "" || rec.PendingSessionHash != "" {
 		t.Fatalf("refused attempts changed the allocation: %+v", rec)
 	}
 	welcome(t, hello(t, tc.mustDial(t, a.token), goodHello(a.allocationID)))

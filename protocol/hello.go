@@ -65,12 +65,28 @@ type Hello struct {
 type Welcome struct {
 	Protocol    int    `json:"protocol"`
 	WorkspaceID string `json:"workspace_id"`
-	// SessionToken is sent once, in exchange for the one-use bootstrap token; the runner presents
-	// it on reconnect.
+	// SessionToken is a fresh token in every welcome: the runner replaces the one it connected
+	// with (bootstrap or session) and presents the new one on its next connect. The token it
+	// connected with stops working once it confirmed the new one with a WelcomeAck, or once it
+	// presents the new one.
 	SessionToken string `json:"session_token,omitempty"`
 	// Epoch is the workspace's current writer epoch; the runner fences older ones from now on.
 	Epoch uint64 `json:"epoch,omitempty"`
 }
+
+// WelcomeAck is the runner's last frame on the hello stream, after the Welcome: it now holds the
+// welcome's session token, so the controller may retire the token the runner connected with. A
+// runner that sends none (or whose ack is lost) keeps both working until it presents the new one.
+type WelcomeAck struct {
+	// SessionTokenSHA256 is the hex SHA-256 of the session token the runner took.
+	SessionTokenSHA256 string `json:"session_token_sha256"`
+}
+
+// StatusAllocationBusy is the HTTP status of the connect refusal (code unauthorized) for an
+// allocation whose runner is connected and answering, or whose other connection is being set up.
+// Unlike 401 and 403, which mean the token is no good, a runner retries it with backoff: it may be
+// the genuine runner reconnecting before its old connection was found dead.
+const StatusAllocationBusy = 409
 
 // Negotiate picks the highest protocol version both ranges contain.
 func Negotiate(peerMin, peerMax int) (int, error) {

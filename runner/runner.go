@@ -147,10 +147,7 @@ func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {
 	r.mu.Unlock()
 	ws, resp, err := dialer.DialContext(ctx, u, h)
 	if err != nil {
-		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return false, fmt.Errorf("%w: %s", ErrRefused, resp.Status)
-		}
-		return false, err
+		return false, dialError(resp, err)
 	}
 	conn := protocol.NewWSConn(ws)
 	defer conn.Close()

@@ -2,17 +2,21 @@ package runner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 )
 
-// hello introduces the runner on a fresh connection and takes the session token the controller
-// grants in exchange for the bootstrap token.
+// hello introduces the runner on a fresh connection and takes the session token the welcome
+// carries: a new one on every connect, which replaces the token the runner connected with. The
+// runner confirms it holds the new token (WelcomeAck) so the controller can retire the old one.
 func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 	st, err := sess.OpenStream()
 	if err != nil {
@@ -43,7 +47,13 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 		return fmt.Errorf("hello: %w", err)
 	}
 	if err := tr.Err(); err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+		switch protocol.CodeOf(err) {
+		case protocol.CodeUnauthorized, protocol.CodeRevoked, protocol.CodeUnsupported, protocol.CodeInvalidArgument:
+			return fmt.Errorf("%w: %v", ErrRefused, err)
+		}
+		// The controller could not take the hello just now (its store was busy, say): the token
+		// was not spent, so the next attempt may succeed.
+		return fmt.Errorf("hello: %w", err)
 	}
 	var w protocol.Welcome
 	if err := json.Unmarshal(tr.Result, &w); err != nil {
@@ -54,8 +64,38 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 		r.mu.Lock()
 		r.token = w.SessionToken
 		r.mu.Unlock()
+		// Taken before it is confirmed: if the ack is lost, the controller still accepts the new
+		// token (and then retires the old one).
+		sum := sha256.Sum256([]byte(w.SessionToken))
+		if err := protocol.WriteJSON(st, protocol.WelcomeAck{SessionTokenSHA256: hex.EncodeToString(sum[:])}); err != nil {
+			return fmt.Errorf("hello: confirm the session token: %w", err)
+		}
 	}
 	return nil
+}
+
+// dialError classifies a failed websocket dial. A token the controller refuses (401, 403) ends
+// the runner: no retry can help. A refusal because the allocation already has a connected runner
+// (StatusAllocationBusy) is retried like a dropped connection: this runner may be reconnecting
+// before the controller found its old connection dead.
+func dialError(resp *http.Response, err error) error {
+	if resp == nil {
+		return err
+	}
+	msg := resp.Status
+	var body struct {
+		Error protocol.Error `json:"error"`
+	}
+	if b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<10)); rerr == nil && json.Unmarshal(b, &body) == nil && body.Error.Code != "" {
+		msg = fmt.Sprintf("%s: %s", resp.Status, body.Error.Error())
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("%w: %s", ErrRefused, msg)
+	case protocol.StatusAllocationBusy:
+		return fmt.Errorf("controller: %s (retrying)", msg)
+	}
+	return fmt.Errorf("%w (%s)", err, msg)
 }
 
 // serve answers the controller's streams until the session ends.

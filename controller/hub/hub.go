@@ -36,18 +36,86 @@ type Hub struct {
 	mu      sync.Mutex
 	conns   map[string]*Conn
 	waiters map[string][]chan struct{}
+	// admitting holds the reservation of each allocation whose new connection is between Admit
+	// and Add.
+	admitting map[string]*reservation
 }
+
+// reservation is not zero-sized: distinct reservations must compare unequal.
+type reservation struct{ _ byte }
 
 func New() *Hub {
-	return &Hub{conns: map[string]*Conn{}, waiters: map[string][]chan struct{}{}}
+	return &Hub{conns: map[string]*Conn{}, waiters: map[string][]chan struct{}{}, admitting: map[string]*reservation{}}
 }
 
-// Add registers c, replacing (and closing) an older connection of the same allocation: a runner
-// that reconnects before the controller noticed the drop must not leave two live sessions.
+// Errors of Admit.
+var (
+	// ErrLive: the allocation's runner is connected and answered a ping just now.
+	ErrLive = errors.New("the allocation's runner is connected")
+	// ErrAdmitting: another connection of the allocation is being set up.
+	ErrAdmitting = errors.New("another connection of the allocation is being set up")
+)
+
+// Admit reserves the allocation for one new connection, until Add registers it or release is
+// called. A second connection is never allowed to replace a live one: when the allocation has a
+// connection, it is pinged, and only one that fails to answer within probe — the half-open
+// session of a runner whose network dropped, which is now reconnecting — is closed to make room.
+// One that answers makes Admit refuse with ErrLive; a reservation already held, ErrAdmitting.
+func (h *Hub) Admit(allocationID string, probe time.Duration) (release func(), err error) {
+	h.mu.Lock()
+	if h.admitting[allocationID] != nil {
+		h.mu.Unlock()
+		return nil, ErrAdmitting
+	}
+	r := &reservation{}
+	h.admitting[allocationID] = r
+	old := h.conns[allocationID]
+	h.mu.Unlock()
+	// Releasing ends this reservation only: once Add ended it, a later one is not touched.
+	release = func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.admitting[allocationID] == r {
+			delete(h.admitting, allocationID)
+		}
+	}
+	if old != nil && !old.sess.IsClosed() {
+		if old.Alive(probe) {
+			release()
+			return nil, ErrLive
+		}
+		old.Close()
+	}
+	return release, nil
+}
+
+// Alive pings the runner and says whether it answered within timeout.
+func (c *Conn) Alive(timeout time.Duration) bool {
+	answered := make(chan error, 1)
+	// A Ping on a dead session waits for yamux's own timeout; it ends with the session, which
+	// the caller closes when the answer does not come in time.
+	go func() {
+		_, err := c.sess.Ping()
+		answered <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-answered:
+		return err == nil
+	case <-t.C:
+		return false
+	}
+}
+
+// Add registers c, ending the reservation Admit made for it. An older connection of the same
+// allocation still registered (Admit found it dead, or there was no Admit) is closed: one
+// allocation never has two live sessions.
 func (h *Hub) Add(c *Conn) {
 	h.mu.Lock()
 	old := h.conns[c.AllocationID]
 	h.conns[c.AllocationID] = c
+	delete(h.admitting, c.AllocationID)
 	ws := h.waiters[c.AllocationID]
 	delete(h.waiters, c.AllocationID)
 	h.mu.Unlock()

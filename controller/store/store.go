@@ -26,10 +26,14 @@ type Allocation struct {
 	Root          string
 	BootstrapHash string // SHA-256 of the one-use bootstrap token
 	BootstrapUsed bool
-	SessionHash   string // SHA-256 of the session token granted for the bootstrap token
-	RunnerVersion string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// SessionHash is the SHA-256 of the session token the runner confirmed it holds;
+	// PendingSessionHash that of the one the last welcome carried, until the runner confirms it
+	// or presents it. Together they are the only tokens that admit a runner (see RotateSession).
+	SessionHash        string
+	PendingSessionHash string
+	RunnerVersion      string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
 }
 
 // Store is the controller's state. Every method is safe for concurrent use. Lookups of missing
@@ -48,14 +52,27 @@ type Store interface {
 
 	GetAllocation(ctx context.Context, id string) (Allocation, error)
 	UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error
-	// ClaimBootstrap marks the bootstrap token with hash h used, storing sessionHash, and returns
-	// its allocation. It succeeds once per token: a reused or unknown token is CodeUnauthorized.
-	ClaimBootstrap(ctx context.Context, h, sessionHash string) (Allocation, error)
-	// BootstrapAllocation finds the allocation of an unused, live bootstrap token without
-	// claiming it (CodeUnauthorized / CodeRevoked otherwise).
+	// BootstrapAllocation finds the allocation of a live bootstrap token that no confirmed
+	// session has replaced yet, without changing it (CodeUnauthorized / CodeRevoked otherwise).
 	BootstrapAllocation(ctx context.Context, h string) (Allocation, error)
-	// AllocationBySession finds the live allocation whose session token hashes to h.
+	// AllocationBySession finds the live allocation whose confirmed or pending session token
+	// hashes to h.
 	AllocationBySession(ctx context.Context, h string) (Allocation, error)
+	// RotateSession admits a runner of the allocation presenting the token that hashes to
+	// presented, and makes newHash the allocation's pending session token, atomically. Presented
+	// must be the confirmed session token, the pending one (which the runner now proves it
+	// received: it becomes the confirmed one, and the token before it stops working), or the
+	// bootstrap token while no session was ever confirmed. Any other token, or one that a
+	// concurrent rotation replaced, is CodeUnauthorized; a destroyed or failed allocation
+	// CodeRevoked.
+	RotateSession(ctx context.Context, allocationID, presented, newHash string) (Allocation, error)
+	// ConfirmSession makes the pending session token h the allocation's only token once its
+	// runner said it holds it: the token it connected with stops working. It reports false when
+	// h is no longer the pending token.
+	ConfirmSession(ctx context.Context, allocationID, h string) (bool, error)
+	// RecordEvent records something that happened to a workspace without changing its state (a
+	// refused runner connection, say): the event's from and to are both its current state.
+	RecordEvent(ctx context.Context, workspaceID, cause string) error
 
 	CreateRun(ctx context.Context, r api.Run) error
 	FinishRun(ctx context.Context, id string, state string, exitCode *int, signal int, errMsg string, at time.Time) error

@@ -46,9 +46,10 @@ func eachDriver(t *testing.T, extra string, fn func(t *testing.T, d driver, wher
 	}
 }
 
-// TestClaimBootstrapRace: 50 claims of one token at once, ten times over: exactly one wins
-// each time, the others are unauthorized.
-func TestClaimBootstrapRace(t *testing.T) {
+// TestRotateSessionRace: 50 connections presenting one bootstrap token at once, each confirming
+// the session it was issued, ten times over: exactly one confirmation wins each time, the other
+// rotations are unauthorized or their tokens dead.
+func TestRotateSessionRace(t *testing.T) {
 	eachDriver(t, "pool_max_conns=64", func(t *testing.T, _ driver, _ string, s *sqlstore.DB) {
 		ctx := context.Background()
 		for round := range 10 {
@@ -64,13 +65,20 @@ func TestClaimBootstrapRace(t *testing.T) {
 				wg.Go(func() {
 					<-start
 					session := fmt.Sprintf("session-%d-%d", round, i)
-					_, err := s.ClaimBootstrap(ctx, a.BootstrapHash, session)
+					_, err := s.RotateSession(ctx, a.ID, a.BootstrapHash, session)
+					if err != nil {
+						if protocol.CodeOf(err) != protocol.CodeUnauthorized {
+							t.Errorf("losing rotation: %v; want unauthorized", err)
+						}
+						return
+					}
+					ok, err := s.ConfirmSession(ctx, a.ID, session)
 					mu.Lock()
 					defer mu.Unlock()
-					if err == nil {
+					if err != nil {
+						t.Errorf("confirm: %v", err)
+					} else if ok {
 						winners = append(winners, session)
-					} else if protocol.CodeOf(err) != protocol.CodeUnauthorized {
-						t.Errorf("losing claim: %v; want unauthorized", err)
 					}
 				})
 			}
@@ -79,8 +87,11 @@ func TestClaimBootstrapRace(t *testing.T) {
 			if len(winners) != 1 {
 				t.Fatalf("round %d: %d winners %v; want exactly 1", round, len(winners), winners)
 			}
-			if got, err := s.GetAllocation(ctx, a.ID); err != nil || !got.BootstrapUsed || got.SessionHash != winners[0] {
-				t.Fatalf("round %d: allocation %+v, %v; want claimed by %s", round, got, err, winners[0])
+			if got, err := s.GetAllocation(ctx, a.ID); err != nil || !got.BootstrapUsed || got.SessionHash != winners[0] || got.PendingSessionHash != "" {
+				t.Fatalf("round %d: allocation %+v, %v; want confirmed by %s", round, got, err, winners[0])
+			}
+			if _, err := s.BootstrapAllocation(ctx, a.BootstrapHash); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+				t.Fatalf("round %d: bootstrap token after the race: %v; want unauthorized", round, err)
 			}
 		}
 	})
@@ -284,8 +295,11 @@ func TestSurvivesReopen(t *testing.T) {
 		if err := db.CreateWorkspace(ctx, w, a); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.ClaimBootstrap(ctx, a.BootstrapHash, "session-keep"); err != nil {
+		if _, err := db.RotateSession(ctx, a.ID, a.BootstrapHash, "session-keep"); err != nil {
 			t.Fatal(err)
+		}
+		if ok, err := db.ConfirmSession(ctx, a.ID, "session-keep"); err != nil || !ok {
+			t.Fatalf("confirm: %v, %v", ok, err)
 		}
 		if err := db.UpdateAllocation(ctx, a.ID, store.AllocConnected, "/root/keep", "9.9"); err != nil {
 			t.Fatal(err)
@@ -316,8 +330,8 @@ func TestSurvivesReopen(t *testing.T) {
 			t.Fatalf("allocation after reopen: %+v, %v", ga, err)
 		}
 		// A used token stays used across restarts.
-		if _, err := db.ClaimBootstrap(ctx, a.BootstrapHash, "again"); protocol.CodeOf(err) != protocol.CodeUnauthorized {
-			t.Fatalf("claim after reopen: %v; want unauthorized", err)
+		if _, err := db.RotateSession(ctx, a.ID, a.BootstrapHash, "again"); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+			t.Fatalf("bootstrap rotation after reopen: %v; want unauthorized", err)
 		}
 		gr, err := db.GetRun(ctx, run.ID)
 		if err != nil || gr.State != api.RunExited || gr.ExitCode == nil || *gr.ExitCode != 4 || len(gr.Argv) != 2 {

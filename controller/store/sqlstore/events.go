@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,6 +66,25 @@ func (s *DB) AddAllocation(ctx context.Context, a store.Allocation) error {
 	}
 	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET allocation_id = ?, provider = ?, updated_at = ? WHERE id = ?`), a.ID, a.Provider, s.now(), a.WorkspaceID)
 	if err := affected(res, err, "workspace", a.WorkspaceID); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (s *DB) RecordEvent(ctx context.Context, workspaceID, cause string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var state string
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), workspaceID).Scan(&state); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("workspace", workspaceID)
+		}
+		return err
+	}
+	if err := s.addEvent(ctx, tx, workspaceID, state, state, cause, s.now()); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -200,12 +200,12 @@ func affected(res sql.Result, err error, kind, id string) error {
 	return nil
 }
 
-const allocationCols = `id, workspace_id, provider, state, root, bootstrap_hash, bootstrap_used, session_hash, runner_version, created_at, updated_at`
+const allocationCols = `id, workspace_id, provider, state, root, bootstrap_hash, bootstrap_used, session_hash, pending_session_hash, runner_version, created_at, updated_at`
 
 func scanAllocation(row interface{ Scan(...any) error }) (store.Allocation, error) {
 	var a store.Allocation
 	err := row.Scan(&a.ID, &a.WorkspaceID, &a.Provider, &a.State, &a.Root, &a.BootstrapHash, &a.BootstrapUsed,
-		&a.SessionHash, &a.RunnerVersion, &a.CreatedAt, &a.UpdatedAt)
+		&a.SessionHash, &a.PendingSessionHash, &a.RunnerVersion, &a.CreatedAt, &a.UpdatedAt)
 	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
 	return a, err
 }
@@ -225,40 +225,6 @@ func (s *DB) UpdateAllocation(ctx context.Context, id, state, root, runnerVersio
 	return affected(res, err, "allocation", id)
 }
 
-func (s *DB) ClaimBootstrap(ctx context.Context, h, sessionHash string) (store.Allocation, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return store.Allocation{}, err
-	}
-	defer tx.Rollback()
-	// The row stays locked until the claim commits (PostgreSQL; SQLite's writer lock is already
-	// held), so the checks below see what a concurrent claim committed.
-	a, err := scanAllocation(tx.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`+s.d.forUpdate), h))
-	if errors.Is(err, sql.ErrNoRows) {
-		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
-	}
-	if err != nil {
-		return a, err
-	}
-	if a.BootstrapUsed {
-		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
-	}
-	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
-		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
-	}
-	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE allocations SET bootstrap_used = TRUE, session_hash = ?, updated_at = ? WHERE id = ? AND bootstrap_used = FALSE`),
-		sessionHash, s.now(), a.ID)
-	if err != nil {
-		return a, err
-	}
-	// Only the claim that flipped the flag wins, whatever the isolation level.
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
-	}
-	a.BootstrapUsed, a.SessionHash = true, sessionHash
-	return a, tx.Commit()
-}
-
 func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {
 	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`), h))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -267,7 +233,9 @@ func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocatio
 	if err != nil {
 		return a, err
 	}
-	if a.BootstrapUsed {
+	// Used but never confirmed: the welcome that carried its session token may have been lost,
+	// so the bootstrap token still admits its runner (RotateSession decides).
+	if a.SessionHash != "" {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
 	}
 	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
@@ -280,7 +248,7 @@ func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocatio
 	if h == "" {
 		return store.Allocation{}, protocol.Errorf(protocol.CodeUnauthorized, "empty session token")
 	}
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ?`), h))
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ? OR pending_session_hash = ?`), h, h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,9 +26,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WorkspaceListOrder", testWorkspaceListOrder},
 		{"DuplicateName", testDuplicateName},
 		{"Allocations", testAllocations},
-		{"ClaimBootstrapOnce", testClaimBootstrapOnce},
-		{"ClaimBootstrapRefused", testClaimBootstrapRefused},
+		{"SessionRotation", testSessionRotation},
+		{"SessionRotationRace", testSessionRotationRace},
+		{"SessionRefused", testSessionRefused},
 		{"AllocationBySession", testAllocationBySession},
+		{"RecordEvent", testRecordEvent},
 		{"Runs", testRuns},
 		{"NotFound", testNotFound},
 		{"Leases", testLeases},
@@ -211,7 +212,10 @@ func testDuplicateName(t *testing.T, s store.Store) {
 	wantCode(t, "refused workspace", err, protocol.CodeNotFound)
 	_, err = s.GetAllocation(ctx, a2.ID)
 	wantCode(t, "refused workspace's allocation", err, protocol.CodeNotFound)
-	if _, err := s.ClaimBootstrap(ctx, a2.BootstrapHash, "session-dup-2"); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+	if _, err := s.BootstrapAllocation(ctx, a2.BootstrapHash); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+		t.Fatalf("refused allocation's token is usable: %v", err)
+	}
+	if _, err := s.RotateSession(ctx, a2.ID, a2.BootstrapHash, "session-dup-2"); protocol.CodeOf(err) != protocol.CodeUnauthorized {
 		t.Fatalf("refused allocation's token is claimable: %v", err)
 	}
 
@@ -281,117 +285,6 @@ func testAllocations(t *testing.T, s store.Store) {
 	}
 	if got, _ = s.GetAllocation(ctx, a.ID); got.Root != "/work2" || got.RunnerVersion != "1.1" {
 		t.Fatalf("root/version not replaced: %+v", got)
-	}
-}
-
-func testClaimBootstrapOnce(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	_, a := create(t, s, "claim", base)
-	_, other := create(t, s, "other", base)
-	const claimers = 20
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var winners []string
-	var errs []error
-	start := make(chan struct{})
-	for i := range claimers {
-		wg.Go(func() {
-			<-start
-			session := fmt.Sprintf("session-%d", i)
-			got, err := s.ClaimBootstrap(ctx, a.BootstrapHash, session)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			if got.ID != a.ID || got.WorkspaceID != a.WorkspaceID {
-				errs = append(errs, fmt.Errorf("claim returned allocation %+v; want %s", got, a.ID))
-				return
-			}
-			winners = append(winners, session)
-		})
-	}
-	close(start)
-	wg.Wait()
-	if len(winners) != 1 {
-		t.Fatalf("%d claims of one bootstrap token succeeded (%v); want exactly 1", len(winners), winners)
-	}
-	for _, err := range errs {
-		wantCode(t, "losing claim", err, protocol.CodeUnauthorized)
-	}
-	won := winners[0]
-	got, err := s.GetAllocation(ctx, a.ID)
-	if err != nil || !got.BootstrapUsed || got.SessionHash != won {
-		t.Fatalf("after claim: %+v, %v; want used with session %s", got, err, won)
-	}
-	if got, err := s.AllocationBySession(ctx, won); err != nil || got.ID != a.ID {
-		t.Fatalf("winner's session: %+v, %v", got, err)
-	}
-	for i := range claimers {
-		if session := fmt.Sprintf("session-%d", i); session != won {
-			_, err := s.AllocationBySession(ctx, session)
-			wantCode(t, "a losing claim's session "+session, err, protocol.CodeUnauthorized)
-		}
-	}
-	// Later claims fail too, and claiming one token leaves the others alone.
-	_, err = s.ClaimBootstrap(ctx, a.BootstrapHash, "late")
-	wantCode(t, "late claim", err, protocol.CodeUnauthorized)
-	if got, _ := s.GetAllocation(ctx, other.ID); got.BootstrapUsed || got.SessionHash != "" {
-		t.Fatalf("another allocation was touched: %+v", got)
-	}
-	if got, err := s.ClaimBootstrap(ctx, other.BootstrapHash, "other-session"); err != nil || got.ID != other.ID {
-		t.Fatalf("claim of the other token: %+v, %v", got, err)
-	}
-}
-
-func testClaimBootstrapRefused(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	_, err := s.ClaimBootstrap(ctx, "no-such-hash", "s1")
-	wantCode(t, "unknown token", err, protocol.CodeUnauthorized)
-	for _, state := range []string{store.AllocFailed, store.AllocDestroyed} {
-		_, a := create(t, s, "refused-"+state, base)
-		if err := s.UpdateAllocation(ctx, a.ID, state, "", ""); err != nil {
-			t.Fatal(err)
-		}
-		_, err := s.ClaimBootstrap(ctx, a.BootstrapHash, "s-"+state)
-		wantCode(t, "claim for a "+state+" allocation", err, protocol.CodeRevoked)
-		_, err = s.AllocationBySession(ctx, "s-"+state)
-		wantCode(t, "session of a refused claim", err, protocol.CodeUnauthorized)
-	}
-}
-
-func testAllocationBySession(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	// An unclaimed allocation has no session: the empty hash must not find it.
-	_, unclaimed := create(t, s, "unclaimed", base)
-	_, err := s.AllocationBySession(ctx, "")
-	wantCode(t, "empty session", err, protocol.CodeUnauthorized)
-	_, err = s.AllocationBySession(ctx, "unknown")
-	wantCode(t, "unknown session", err, protocol.CodeUnauthorized)
-	_, err = s.AllocationBySession(ctx, unclaimed.BootstrapHash)
-	wantCode(t, "bootstrap hash used as a session", err, protocol.CodeUnauthorized)
-
-	for _, state := range []string{store.AllocDestroyed, store.AllocFailed} {
-		_, a := create(t, s, "session-"+state, base)
-		session := "sess-" + state
-		if _, err := s.ClaimBootstrap(ctx, a.BootstrapHash, session); err != nil {
-			t.Fatal(err)
-		}
-		for _, live := range []string{store.AllocConnected, store.AllocDisconnected} {
-			if err := s.UpdateAllocation(ctx, a.ID, live, "", ""); err != nil {
-				t.Fatal(err)
-			}
-			got, err := s.AllocationBySession(ctx, session)
-			if err != nil || got.ID != a.ID || got.WorkspaceID != a.WorkspaceID || got.State != live {
-				t.Fatalf("session of a %s allocation: %+v, %v", live, got, err)
-			}
-		}
-		if err := s.UpdateAllocation(ctx, a.ID, state, "", ""); err != nil {
-			t.Fatal(err)
-		}
-		_, err := s.AllocationBySession(ctx, session)
-		wantCode(t, "session of a "+state+" allocation", err, protocol.CodeRevoked)
 	}
 }
 
