@@ -127,10 +127,34 @@ func (s *Server) handleArtifactRevoke(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
-// unavailableArtifact is the refusal for a missing artifact and for another workspace's: the
-// same words, so a foreign artifact's existence, size and hash are never revealed by the text.
-func unavailableArtifact(code protocol.Code, id string) *protocol.Error {
-	return protocol.Errorf(code, "artifact %q is not available to this workspace", id)
+// unavailableArtifact is the one refusal of a runner's request (op) for an artifact its workspace
+// may not have: a missing id and another workspace's (owner, else "") get the same code and the
+// same words — not even the id, so the agent's output compares byte for byte — and so nothing
+// says whether the id exists, let alone its size or hash. The controller's log and the
+// requesting workspace's events tell the two apart, and recording the event either way keeps the
+// work (and so the time taken) the same.
+func (s *Server) unavailableArtifact(ctx context.Context, c *hub.Conn, op, id, owner string) *protocol.Error {
+	why := "no such artifact"
+	if owner != "" {
+		why = "it belongs to workspace " + owner
+		s.log.Warn("runner asked for another workspace's artifact", "op", op, "artifact", id, "owner", owner,
+			"allocation", c.AllocationID, "workspace", c.WorkspaceID)
+	} else {
+		s.log.Info("runner asked for a missing artifact", "op", op, "artifact", clip(id, 80), "allocation", c.AllocationID, "workspace", c.WorkspaceID)
+	}
+	cause := fmt.Sprintf("%s of artifact %q refused: %s", op, clip(id, 80), why)
+	if err := s.store.RecordEvent(context.WithoutCancel(ctx), c.WorkspaceID, cause); err != nil {
+		s.log.Error("record refused artifact request", "workspace", c.WorkspaceID, "err", err)
+	}
+	return protocol.Errorf(protocol.CodeNotFound, "no such artifact is available to this workspace")
+}
+
+// clip shortens s to at most n bytes, for a runner-chosen string that goes into a record.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // authorizeArtifact checks a runner's right to an artifact: it exists, belongs to the runner's
@@ -139,13 +163,13 @@ func unavailableArtifact(code protocol.Code, id string) *protocol.Error {
 func (s *Server) authorizeArtifact(ctx context.Context, c *hub.Conn, id string, epoch uint64) (api.Artifact, error) {
 	a, err := s.store.GetArtifact(ctx, id)
 	if protocol.CodeOf(err) == protocol.CodeNotFound {
-		return a, unavailableArtifact(protocol.CodeNotFound, id)
+		return a, s.unavailableArtifact(ctx, c, protocol.OpArtifactFetch, id, "")
 	}
 	if err != nil {
 		return a, err
 	}
 	if a.WorkspaceID != c.WorkspaceID {
-		return api.Artifact{}, unavailableArtifact(protocol.CodeForeignArtifact, id)
+		return api.Artifact{}, s.unavailableArtifact(ctx, c, protocol.OpArtifactFetch, id, a.WorkspaceID)
 	}
 	if a.RevokedAt != nil {
 		return a, protocol.Errorf(protocol.CodeRevoked, "artifact %q was revoked at %s", id, a.RevokedAt.Format(time.RFC3339))
@@ -284,11 +308,11 @@ func (s *Server) artifactInstalled(c *hub.Conn, h protocol.Header) protocol.Trai
 	a, err := s.store.GetArtifact(s.ctx, in.ArtifactID)
 	switch {
 	case protocol.CodeOf(err) == protocol.CodeNotFound:
-		return protocol.Trailer{Error: unavailableArtifact(protocol.CodeNotFound, in.ArtifactID)}
+		return protocol.Trailer{Error: s.unavailableArtifact(s.ctx, c, protocol.OpArtifactInstalled, in.ArtifactID, "")}
 	case err != nil:
 		return protocol.Trailer{Error: protocol.AsError(err)}
 	case a.WorkspaceID != c.WorkspaceID:
-		return protocol.Trailer{Error: unavailableArtifact(protocol.CodeForeignArtifact, in.ArtifactID)}
+		return protocol.Trailer{Error: s.unavailableArtifact(s.ctx, c, protocol.OpArtifactInstalled, in.ArtifactID, a.WorkspaceID)}
 	}
 	at := in.InstalledAt.UTC()
 	if at.IsZero() {

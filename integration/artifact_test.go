@@ -73,19 +73,36 @@ func TestArtifactDownloadThroughTheRunner(t *testing.T) {
 		{a.ID, "taken", "conflict"},
 		{a.ID, "link/x", "symlink_refused"},
 		{a.ID, "../escape", "path_escape"},
-		{theirs.ID, "theirs", "foreign_artifact"},
+		{theirs.ID, "theirs", "not_found"},
 		{"art_missing", "missing", "not_found"},
 	} {
 		r := c.cli(t, nil, "exec", "agent", "--", "tether-runner", "artifact", "download", tc.id, tc.dest)
 		if r.Code != protocol.Code(tc.code).ExitCode() || !strings.Contains(r.Stderr, "error: "+tc.code+": ") {
 			t.Errorf("download %s → %s: want %s, got %+v", tc.id, tc.dest, tc.code, r)
 		}
-		if tc.code == "foreign_artifact" && (strings.Contains(r.Stderr, theirs.SHA256) || strings.Contains(r.Stderr, "bytes") || strings.Contains(r.Stderr, "sha256")) {
+		if tc.id == theirs.ID && (strings.Contains(r.Stderr, theirs.SHA256) || strings.Contains(r.Stderr, "bytes") || strings.Contains(r.Stderr, "sha256")) {
 			t.Errorf("a foreign artifact's refusal reveals its hash or size: %q", r.Stderr)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws.Root, "taken")); string(b) != "mine" {
 		t.Fatalf("a refused install changed the destination: %q", b)
+	}
+	// Another workspace's artifact and one that does not exist get one answer, byte for byte:
+	// same exit status, same stdout, same stderr — the agent cannot tell which ids exist.
+	for _, args := range [][]string{{"dest"}, {"dest", "--json"}} {
+		download := func(id string) result {
+			return c.cli(t, nil, append([]string{"exec", "agent", "--", "tether-runner", "artifact", "download", id}, args...)...)
+		}
+		foreign, missing := download(theirs.ID), download("art_"+strings.Repeat("5a", 8))
+		if foreign.Code != missing.Code || foreign.Stdout != missing.Stdout || foreign.Stderr != missing.Stderr {
+			t.Errorf("download %v: another workspace's artifact answers %+v, a missing one %+v", args, foreign, missing)
+		}
+		if foreign.Code != protocol.CodeNotFound.ExitCode() || !strings.HasPrefix(foreign.Stderr, "error: not_found: ") {
+			t.Errorf("download %v of another workspace's artifact: %+v", args, foreign)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws.Root, "dest")); err == nil {
+		t.Fatal("a refused download created its destination")
 	}
 	_ = other
 

@@ -6,8 +6,8 @@ import "time"
 const (
 	// OpArtifactFetch asks for an artifact's bytes. Header.Epoch is the runner's current writer
 	// epoch; Args is ArtifactFetchArgs. The controller answers with a reply trailer (Result:
-	// ArtifactInfo, or an error: not_found, foreign_artifact — never revealing size or hash —,
-	// revoked, stale_epoch), then a body (aborted with `revoked` if the artifact is revoked
+	// ArtifactInfo, or an error: not_found — for a missing id and another workspace's alike, in
+	// the same words —, revoked, stale_epoch), then a body (aborted with `revoked` if the artifact is revoked
 	// mid-transfer), then a final trailer.
 	OpArtifactFetch = "artifact_fetch"
 	// OpArtifactInstalled records an install (Args: ArtifactInstall) so `tether run ls` shows it.

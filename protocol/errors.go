@@ -23,7 +23,6 @@ const (
 	CodeStaleEpoch           Code = "stale_epoch"
 	CodeChangedDuringCapture Code = "changed_during_capture"
 	CodeRevoked              Code = "revoked"
-	CodeForeignArtifact      Code = "foreign_artifact"
 	CodeUnauthorized         Code = "unauthorized"
 	CodeUnsupported          Code = "unsupported"
 	CodeUnavailable          Code = "unavailable"
@@ -54,7 +53,6 @@ var exitCodes = map[Code]int{
 	CodeStaleEpoch:           9,
 	CodeChangedDuringCapture: 10,
 	CodeRevoked:              11,
-	CodeForeignArtifact:      12,
 	CodeUnauthorized:         13,
 	CodeUnsupported:          14,
 	CodeUnavailable:          15,

@@ -90,7 +90,7 @@ func TestExitCodesDistinct(t *testing.T) {
 	}
 	for _, c := range []Code{CodeInvalidArgument, CodeNotFound, CodeExists, CodeConflict, CodePathEscape,
 		CodeSymlinkRefused, CodeNotDirectory, CodeStaleEpoch, CodeChangedDuringCapture, CodeRevoked,
-		CodeForeignArtifact, CodeUnauthorized, CodeUnsupported, CodeUnavailable, CodeTimeout, CodeCanceled,
+		CodeUnauthorized, CodeUnsupported, CodeUnavailable, CodeTimeout, CodeCanceled,
 		CodeFailed, CodeProviderFailed, CodeInternal} {
 		if _, ok := exitCodes[c]; !ok {
 			t.Errorf("%s has no exit code", c)

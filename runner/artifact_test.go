@@ -267,9 +267,9 @@ func TestArtifactRefusals(t *testing.T) {
 	wantCode(t, err, protocol.CodeInvalidPath)
 
 	// The controller's refusals come through with their codes, and nothing is created.
-	f.set("art_foreign", fakeArtifact{reply: protocol.Errorf(protocol.CodeForeignArtifact, "not this workspace's")})
+	f.set("art_foreign", fakeArtifact{reply: protocol.Errorf(protocol.CodeNotFound, "no such artifact is available to this workspace")})
 	_, err = r.installArtifact(ctx, "art_foreign", "new/dir/x")
-	wantCode(t, err, protocol.CodeForeignArtifact)
+	wantCode(t, err, protocol.CodeNotFound)
 	_, err = r.installArtifact(ctx, "art_missing", "new/dir/x")
 	wantCode(t, err, protocol.CodeNotFound)
 	f.set("art_stale", fakeArtifact{reply: protocol.Errorf(protocol.CodeStaleEpoch, "old writer")})
@@ -353,7 +353,7 @@ func TestArtifactConcurrentIdentical(t *testing.T) {
 func TestArtifactCommandOverAgentSocket(t *testing.T) {
 	r, f := artifactRunner(t)
 	a := f.add("art_cli", []byte(`{"status":"ok"}`))
-	f.set("art_other", fakeArtifact{reply: protocol.Errorf(protocol.CodeForeignArtifact, "artifact art_other is not this workspace's")})
+	f.set("art_other", fakeArtifact{reply: protocol.Errorf(protocol.CodeNotFound, "no such artifact is available to this workspace")})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sock, stop, err := r.startAgent(ctx)
@@ -403,7 +403,7 @@ func TestArtifactCommandOverAgentSocket(t *testing.T) {
 	}
 
 	code, _, errOut = run("download", "art_other", "data/other.json", "--json")
-	if code != protocol.CodeForeignArtifact.ExitCode() || !strings.HasPrefix(errOut, "error: foreign_artifact: ") {
+	if code != protocol.CodeNotFound.ExitCode() || errOut != "error: not_found: no such artifact is available to this workspace\n" {
 		t.Fatalf("foreign: exit %d, %q", code, errOut)
 	}
 	code, _, errOut = run("download", "art_cli", "../escape")
