@@ -31,6 +31,11 @@ const (
 	EnvSandboxDir = "TETHER_SANDBOX_DIR"
 )
 
+// ConfineProbeArg makes the runner binary check that it can confine the agent as its
+// environment asks (EnvIsolation and the rest), by running itself confined, and exit 0 if so.
+// Providers run it before they hand out an allocation.
+const ConfineProbeArg = "__tether-confine-probe"
+
 // Isolation modes (EnvIsolation).
 const (
 	// IsolationNamespaces runs every agent process in new user, mount, pid, ipc and uts

@@ -26,6 +26,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == confine.InitArg {
 		os.Exit(confine.Init(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == protocol.ConfineProbeArg {
+		os.Exit(probeMain())
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
 		fmt.Println("tether-runner", version)
 		return
@@ -124,4 +127,18 @@ func policyFromEnv(getenv func(string) string) (confine.Policy, error) {
 		*id.dst = n
 	}
 	return p, nil
+}
+
+// probeMain confines a command as the environment asks, for a provider checking the host.
+func probeMain() int {
+	p, err := policyFromEnv(os.Getenv)
+	if err == nil {
+		p.Workspace = os.Getenv(protocol.EnvWorkspaceRoot)
+		err = confine.Probe(p)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tether-runner:", err)
+		return 1
+	}
+	return 0
 }

@@ -17,7 +17,8 @@ func TestProviderContract(t *testing.T) {
 	providertest.Run(t, func(t *testing.T) provider.Provider {
 		return providertest.OpenPlugin(t, bin)
 	}, providertest.Env{
-		Config: provider.Config{StateDir: stateDir},
+		// The contract's fake runner confines nothing; isolation has its own tests.
+		Config: provider.Config{StateDir: stateDir, Options: map[string]string{"isolation": "none"}},
 		BadConfigs: []provider.Config{
 			{StateDir: "relative/dir"},
 			{StateDir: ""},

@@ -46,8 +46,12 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Allocation{}, err
 	}
 	m := marker{Allocation: req.AllocationID, Workspace: req.WorkspaceID, ControllerURL: req.ControllerURL,
-		Runner: req.RunnerBinary, Env: req.Env, Labels: req.Labels, Created: time.Now().UTC()}
-	alloc, err := createIn(dir, m, req)
+		Runner: req.RunnerBinary, Env: req.Env, Labels: req.Labels, Created: time.Now().UTC(),
+		Isolation: options.Resolve(p.configOptions(), req.Options)["isolation"], AgentID: -1}
+	if m.Isolation == isolationNamespaces {
+		m.AgentID = agentHostID(req.AllocationID)
+	}
+	alloc, err := createIn(ctx, dir, m, req)
 	if err != nil {
 		// Nothing was handed out yet; leave no half-made allocation behind.
 		_ = removeTree(dir)
@@ -56,12 +60,23 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return alloc, nil
 }
 
-func createIn(dir string, m marker, req provider.CreateRequest) (provider.Allocation, error) {
+func createIn(ctx context.Context, dir string, m marker, req provider.CreateRequest) (provider.Allocation, error) {
 	if err := writeMarker(dir, m); err != nil {
 		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "%v", err)
 	}
 	if err := mkdirPrivate(filepath.Join(dir, rootDirName)); err != nil {
 		return provider.Allocation{}, err
+	}
+	if m.Isolation == isolationNamespaces {
+		if err := prepareSandbox(dir, m.AgentID); err != nil {
+			return provider.Allocation{}, err
+		}
+		if err := provider.CheckRunnerBinary(m.Runner); err != nil {
+			return provider.Allocation{}, err
+		}
+		if err := probeIsolation(ctx, dir, m.Runner, m.AgentID); err != nil {
+			return provider.Allocation{}, err
+		}
 	}
 	return startRunner(dir, m, req.RunnerToken)
 }
@@ -70,7 +85,12 @@ func createIn(dir string, m marker, req provider.CreateRequest) (provider.Alloca
 // its pid and start time.
 func startRunner(dir string, m marker, token string) (provider.Allocation, error) {
 	root := filepath.Join(dir, rootDirName)
-	if err := lstatPrivate(root); err != nil {
+	// The root is the agent's once isolated: its host uid owns it (and may have changed its mode).
+	if m.AgentID >= 0 {
+		if err := lstatOwnedDir(root, m.AgentID); err != nil {
+			return provider.Allocation{}, err
+		}
+	} else if err := lstatPrivate(root); err != nil {
 		return provider.Allocation{}, err
 	}
 	runner := m.Runner
@@ -89,7 +109,7 @@ func startRunner(dir string, m marker, token string) (provider.Allocation, error
 		Path:   runner,
 		Args:   []string{runner},
 		Dir:    root,
-		Env:    runnerEnv(m, token, root, runner, os.Getenv),
+		Env:    runnerEnv(dir, m, token, root, runner, os.Getenv),
 		Stdin:  nil, // /dev/null
 		Stdout: logFile,
 		Stderr: logFile,
@@ -119,14 +139,9 @@ func startRunner(dir string, m marker, token string) (provider.Allocation, error
 	// of no use here: the controller sees the websocket drop.
 	go func() { _ = cmd.Wait() }()
 
-	return provider.Allocation{
-		ID:   m.Allocation,
-		Root: root,
-		Info: map[string]string{
-			"pid": strconv.Itoa(pid),
-			"log": logPath,
-		},
-	}, nil
+	info := isolationInfo(m)
+	info["pid"], info["log"] = strconv.Itoa(pid), logPath
+	return provider.Allocation{ID: m.Allocation, Root: root, Info: info}, nil
 }
 
 func validateCreate(req provider.CreateRequest) error {
@@ -142,7 +157,7 @@ func validateCreate(req provider.CreateRequest) error {
 // runnerEnv builds the runner's whole environment. The runner binary's
 // directory goes first on PATH so commands can call tether-runner (the
 // agent tools do) without knowing where the controller keeps it.
-func runnerEnv(m marker, token, root, runner string, getenv func(string) string) []string {
+func runnerEnv(dir string, m marker, token, root, runner string, getenv func(string) string) []string {
 	env := make(map[string]string, len(passEnv)+len(m.Env)+6)
 	for _, k := range passEnv {
 		if v := getenv(k); v != "" {
@@ -155,6 +170,9 @@ func runnerEnv(m marker, token, root, runner string, getenv func(string) string)
 	}
 	env["PATH"] = filepath.Dir(runner) + string(os.PathListSeparator) + path
 	for k, v := range m.Env {
+		env[k] = v
+	}
+	for k, v := range isolationEnv(dir, m) {
 		env[k] = v
 	}
 	env[provider.EnvControllerURL] = m.ControllerURL

@@ -121,3 +121,19 @@ func removeTree(dir string) error {
 	})
 	return os.RemoveAll(dir)
 }
+
+// lstatOwnedDir refuses anything but a real directory (never a symlink) owned by uid.
+func lstatOwnedDir(path string, uid int) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return provider.Errorf(provider.CodeFailedPrecondition, "%s: %v", path, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return provider.Errorf(provider.CodeSymlinkRefused, "%s is a symlink", path)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != uid {
+		return provider.Errorf(provider.CodeFailedPrecondition, "%s is not a directory owned by uid %d", path, uid)
+	}
+	return nil
+}

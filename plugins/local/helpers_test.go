@@ -13,12 +13,18 @@ import (
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// newConfigured returns a provider configured on a fresh state dir.
+// newConfigured returns a provider configured on a fresh state dir. Its runners are shell
+// scripts, which cannot confine anything: isolation is none unless a test asks.
 func newConfigured(t *testing.T) (*Provider, string) {
+	t.Helper()
+	return newConfiguredWith(t, map[string]string{"isolation": isolationNone})
+}
+
+func newConfiguredWith(t *testing.T, opts map[string]string) (*Provider, string) {
 	t.Helper()
 	p := New("test")
 	stateDir := filepath.Join(t.TempDir(), "state")
-	if err := p.Configure(context.Background(), provider.Config{StateDir: stateDir}); err != nil {
+	if err := p.Configure(context.Background(), provider.Config{StateDir: stateDir, Options: opts}); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	return p, stateDir

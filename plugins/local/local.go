@@ -1,7 +1,8 @@
 // Package local is the local sandbox provider: each allocation is a private
-// directory under the provider's state dir, and the runner is a plain host
-// process running as the controller's user. It isolates nothing; it exists
-// for development, CI and single-user machines, and is the default provider.
+// directory under the provider's state dir, and the runner is a host process
+// running as the controller's user. The runner confines every agent command
+// in namespaces of its own (sandbox/confine) unless isolation=none was asked.
+// It is the default provider.
 package local
 
 import (
@@ -26,8 +27,11 @@ const (
 	markerFileName = "allocation.json"
 )
 
-// options: the local provider has none; its only state is its state dir.
-var options = provider.Options{}
+// options are per allocation; the provider's only other state is its state dir.
+var options = provider.Options{
+	{Name: "isolation", Default: isolationNamespaces, Pattern: isolationNamespaces + "|" + isolationNone,
+		Description: "namespaces: each agent command runs in new user, mount, pid, ipc and uts namespaces seeing only its workspace, read-only system directories and a private /tmp and HOME; none: the agent runs as the controller's user with everything it can reach (recorded and shown)"},
+}
 
 // Provider runs runners as host processes. The zero value is not usable;
 // call New.
@@ -38,8 +42,9 @@ type Provider struct {
 	stopGrace time.Duration
 
 	mu       sync.Mutex
-	stateDir string         // "" until Configure succeeds
-	locks    provider.Locks // per allocation, serialising Create/Stop/Destroy
+	stateDir string            // "" until Configure succeeds
+	opts     map[string]string // configured option defaults
+	locks    provider.Locks    // per allocation, serialising Create/Stop/Destroy
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -91,9 +96,17 @@ func (p *Provider) Configure(ctx context.Context, cfg provider.Config) error {
 		return err
 	}
 	p.mu.Lock()
-	p.stateDir = dir
+	p.stateDir, p.opts = dir, cfg.Options
 	p.mu.Unlock()
 	return nil
+}
+
+// configOptions are the options the provider was configured with, the defaults every
+// allocation's own options override.
+func (p *Provider) configOptions() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.opts
 }
 
 // configured returns the state dir, or a typed error before Configure.

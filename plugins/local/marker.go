@@ -24,6 +24,10 @@ type marker struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
 	Created time.Time         `json:"created"`
+	// Isolation is how the runner confines the agent (namespaces, or none when asked); AgentID
+	// the agent's host uid and gid when the provider is root, -1 otherwise.
+	Isolation string `json:"isolation"`
+	AgentID   int    `json:"agent_id"`
 }
 
 // writeMarker writes dir's marker atomically.
@@ -67,8 +71,12 @@ func readMarker(dir string) (marker, error) {
 	if err != nil {
 		return m, err
 	}
+	m.AgentID = -1 // a marker from before isolation has none, and no agent uid
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("%s: %w", markerFileName, err)
+	}
+	if m.Isolation == "" {
+		m.Isolation = isolationNone
 	}
 	return m, nil
 }

@@ -16,6 +16,7 @@
 package confine
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,4 +224,35 @@ func sandboxEnv(env []string, agentSocket string) []string {
 func cleanRel(rel string) string {
 	rel = path.Clean("/" + filepath.ToSlash(rel))
 	return strings.TrimPrefix(rel, "/")
+}
+
+// Probe runs the runner binary's version command confined by p, proving the kernel allows the
+// confinement. The workspace must exist.
+func Probe(p Policy) error {
+	if p.Mode == protocol.IsolationNamespaces && p.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		p.Self = self
+	}
+	if err := p.Check(); err != nil {
+		return err
+	}
+	var out strings.Builder
+	proc, err := process.Start(process.Spec{
+		Argv: []string{"tether-runner", "--version"}, Env: []string{"PATH=" + sandboxPath},
+		Dir: p.Workspace, Stdout: &out, Stderr: &out, Confiner: p,
+	})
+	if err != nil {
+		return err
+	}
+	exit, err := proc.Wait(context.Background())
+	if err != nil {
+		return err
+	}
+	if exit.Code != 0 || !strings.Contains(out.String(), "tether-runner") {
+		return fmt.Errorf("confined probe ended %+v: %s", exit, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
