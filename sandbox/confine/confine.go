@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -137,9 +138,16 @@ func (p Policy) confineNamespaces(cmd *exec.Cmd, workDir string) (process.Confin
 	if err != nil {
 		return process.Confined{}, err
 	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		statusR.Close()
+		statusW.Close()
+		return process.Confined{}, err
+	}
+	specFD := 3 + len(cmd.ExtraFiles)
 	spec := initSpec{
 		Argv: cmd.Args, WorkDir: cleanRel(workDir), Workspace: p.Workspace, StateDir: p.StateDir,
-		AgentSocket: p.AgentSocket, Self: p.Self, StatusFD: 3 + len(cmd.ExtraFiles),
+		AgentSocket: p.AgentSocket, Self: p.Self, StatusFD: specFD + 1,
 	}
 	attr := cmd.SysProcAttr
 	attr.Cloneflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
@@ -155,19 +163,30 @@ func (p Policy) confineNamespaces(cmd *exec.Cmd, workDir string) (process.Confin
 	}
 	raw, err := json.Marshal(spec)
 	if err != nil {
-		statusR.Close()
-		statusW.Close()
+		for _, f := range []*os.File{statusR, statusW, specR, specW} {
+			f.Close()
+		}
 		return process.Confined{}, err
 	}
 	// The command is looked up inside the sandbox, by the init: a name the host lacks (the
-	// runner's own tool, say) is no error here.
-	cmd.Path, cmd.Args, cmd.Err = p.Self, []string{p.Self, InitArg, string(raw)}, nil
+	// runner's own tool, say) is no error here. The spec goes through a pipe, not the command
+	// line, which anyone on the host can read and which would show the agent the host's layout.
+	cmd.Path, cmd.Args, cmd.Err = p.Self, []string{p.Self, InitArg, strconv.Itoa(specFD)}, nil
 	// The init chdirs inside its new root; a directory of the runner's would be a way out.
 	cmd.Dir = ""
 	cmd.Env = sandboxEnv(cmd.Env, p.AgentSocket)
-	cmd.ExtraFiles = append(cmd.ExtraFiles, statusW)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, specR, statusW)
 	return process.Confined{
-		Started: func() { statusW.Close() },
+		Started: func() {
+			specR.Close()
+			statusW.Close()
+			// Written after the start, so a spec longer than the pipe holds cannot block it; a
+			// child that never started reads nothing and the write fails harmlessly.
+			go func() {
+				_, _ = specW.Write(raw)
+				specW.Close()
+			}()
+		},
 		Exit: func(e process.Exit) (process.Exit, error) {
 			defer statusR.Close()
 			return readStatus(statusR, e)

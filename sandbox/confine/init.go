@@ -4,15 +4,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+// maxSpec bounds the spec the init reads: the command line's own limit, with room for the rest.
+const maxSpec = 4 << 20
 
 // Init is the confined command's init, pid 1 of its new pid namespace: it builds the sandbox's
 // root, starts the command in a user namespace of its own as uid 1000, reaps whatever the
@@ -23,8 +28,16 @@ func Init(args []string) int {
 		fmt.Fprintln(os.Stderr, "tether-runner: the sandbox init is started by the runner only")
 		return 125
 	}
+	fd, err := strconv.Atoi(args[0])
+	if err != nil || fd < 3 {
+		fmt.Fprintln(os.Stderr, "tether-runner: malformed sandbox init descriptor")
+		return 125
+	}
+	specFile := os.NewFile(uintptr(fd), "spec")
 	var spec initSpec
-	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil || spec.StatusFD < 3 || len(spec.Argv) == 0 {
+	err = json.NewDecoder(io.LimitReader(specFile, maxSpec)).Decode(&spec)
+	specFile.Close()
+	if err != nil || spec.StatusFD < 3 || len(spec.Argv) == 0 {
 		fmt.Fprintln(os.Stderr, "tether-runner: malformed sandbox init spec")
 		return 125
 	}
