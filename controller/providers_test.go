@@ -37,9 +37,10 @@ func testProviderSet(t *testing.T) (*providerSet, string) {
 	return set, runner
 }
 
+// createReq asks for no isolation: the fake runner is a shell script, which cannot confine.
 func createReq(ws, id, runner string) provider.CreateRequest {
 	return provider.CreateRequest{WorkspaceID: ws, AllocationID: id, ControllerURL: "http://127.0.0.1:1",
-		RunnerToken: "tok-" + id, RunnerBinary: runner}
+		RunnerToken: "tok-" + id, RunnerBinary: runner, Options: map[string]string{"isolation": "none"}}
 }
 
 // A plugin process killed between two operations is noticed on the next one and restarted:
