@@ -66,6 +66,7 @@ func TestArtifactDownloadThroughTheRunner(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(ws.Root, "link")); err != nil {
 		t.Fatal(err)
 	}
+	giveToAgent(t, ws.Root)
 	theirs := c.putArtifact(t, "other", "someone else's bytes")
 	for _, tc := range []struct {
 		id, dest, code string

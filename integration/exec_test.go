@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -39,9 +40,11 @@ func TestExecStatusStreamsAndRecords(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(ws.Root, "sub", "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	giveToAgent(t, ws.Root)
 	r = c.cli(t, nil, "exec", ws.ID, "--cwd", "sub/dir", "-e", "GREETING=hi there", "--", "sh", "-c",
 		`echo "$GREETING"; pwd; env | grep -c TETHER_RUNNER_TOKEN || true`)
-	want := "hi there\n" + filepath.Join(ws.Root, "sub", "dir") + "\n0\n"
+	// The confined command sees its workspace at /workspace, not where the host keeps it.
+	want := "hi there\n/workspace/sub/dir\n0\n"
 	if r.Code != 0 || r.Stdout != want {
 		t.Fatalf("env/cwd case: got %+v, want stdout %q", r, want)
 	}
@@ -103,12 +106,15 @@ func TestExecCwdCannotEscape(t *testing.T) {
 func TestExecTimeoutKillsProcessGroup(t *testing.T) {
 	c := startController(t, serveOpts{})
 	ws := c.createWorkspace(t)
-	r := c.cli(t, nil, "exec", ws.ID, "--timeout", "1s", "--", "sh", "-c", "sleep 300 & echo $! > bg.pid; sleep 300")
+	marker := fmt.Sprintf("%d", 300000+os.Getpid()%1000)
+	r := c.cli(t, nil, "exec", ws.ID, "--timeout", "1s", "--", "sh", "-c", "sleep "+marker+" & echo started > bg.started; sleep "+marker)
 	if r.Code != 124 || !strings.HasPrefix(r.Stderr, "error: timeout: ") {
 		t.Fatalf("timeout: %+v", r)
 	}
-	bg := readPID(t, filepath.Join(ws.Root, "bg.pid"))
-	eventually(t, 10*time.Second, "the background child to die with its group", func() bool { return !alive(bg) })
+	if _, err := os.Stat(filepath.Join(ws.Root, "bg.started")); err != nil {
+		t.Fatalf("the background child never started: %v", err)
+	}
+	eventually(t, 10*time.Second, "the background child to die with its group", func() bool { return len(hostPIDs("sleep "+marker)) == 0 })
 	runs := c.runs(t, ws.ID)
 	if len(runs) != 1 || runs[0].Signal != int(syscall.SIGKILL) || !strings.Contains(runs[0].Error, "timeout") {
 		t.Fatalf("timed-out run record: %+v", runs)
@@ -118,7 +124,8 @@ func TestExecTimeoutKillsProcessGroup(t *testing.T) {
 func TestExecCancelKillsProcessGroup(t *testing.T) {
 	c := startController(t, serveOpts{})
 	ws := c.createWorkspace(t)
-	cmd := c.cliCmd("exec", ws.ID, "--", "sh", "-c", "sleep 300 & echo $! > bg.pid; echo $$ > fg.pid; sleep 300")
+	marker := fmt.Sprintf("%d", 310000+os.Getpid()%1000)
+	cmd := c.cliCmd("exec", ws.ID, "--", "sh", "-c", "sleep "+marker+" & echo $$ > fg.pid; sleep "+marker)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +133,7 @@ func TestExecCancelKillsProcessGroup(t *testing.T) {
 		_, err := os.Stat(filepath.Join(ws.Root, "fg.pid"))
 		return err == nil
 	})
-	bg, fg := readPID(t, filepath.Join(ws.Root, "bg.pid")), readPID(t, filepath.Join(ws.Root, "fg.pid"))
+	eventually(t, 10*time.Second, "both sleeps to run", func() bool { return len(hostPIDs("sleep "+marker)) >= 2 })
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +141,7 @@ func TestExecCancelKillsProcessGroup(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Fatalf("interrupted CLI: want exit 130, got %v", err)
 	}
-	eventually(t, 10*time.Second, "the command and its background child to die", func() bool { return !alive(bg) && !alive(fg) })
+	eventually(t, 10*time.Second, "the command and its background child to die", func() bool { return len(hostPIDs("sleep "+marker)) == 0 })
 	eventually(t, 10*time.Second, "the run to be recorded as killed", func() bool {
 		runs := c.runs(t, ws.ID)
 		return len(runs) == 1 && runs[0].State == api.RunExited && runs[0].Signal == int(syscall.SIGKILL)

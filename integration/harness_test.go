@@ -443,3 +443,38 @@ func (p *proxy) cut() {
 	}
 	p.conns = nil
 }
+
+// giveToAgent hands everything a test wrote into a workspace from the host to the workspace's
+// own user (the owner of its root): a confined runner acts on files with the agent's rights
+// only, so files the test process (root) made would be beyond its reach, as they would be
+// beyond the agent's.
+func giveToAgent(t *testing.T, root string) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		t.Fatal(err)
+	}
+	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(st.Uid), int(st.Gid))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostPIDs lists the host pids of processes whose command line contains marker: a confined
+// command's own $$ and $! are pids of its pid namespace, meaningless on the host.
+func hostPIDs(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && strings.Contains(cmdline(pid), marker) && alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -251,6 +251,7 @@ func (e *hostileEnv) reset() {
 			t.Fatal(err)
 		}
 	}
+	giveToAgent(t, e.root)
 }
 
 // corpus generates the hostile inputs. Escape routes are aimed at real outside files, so a

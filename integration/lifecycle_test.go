@@ -163,7 +163,8 @@ func TestRunnerThatNeverConnectsFailsWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startController(t, serveOpts{extraArgs: []string{"--runner-bin", fake, "--ready-timeout", "2s"}})
-	r := c.cli(t, nil, "workspace", "create", "--json")
+	// A shell script cannot confine anything: this sandbox is asked to confine nothing.
+	r := c.cli(t, nil, "workspace", "create", "--json", "--provider-opt", "isolation=none")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "error: provider_failed: ") || !strings.Contains(r.Stderr, "did not connect within 2s") {
 		t.Fatalf("create with a silent runner: %+v", r)
 	}

@@ -54,9 +54,7 @@ func bigRandomFile(t *testing.T, path string, size int) {
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mustWrite(t, path, b, 0o644)
 }
 
 func TestSnapshotFailsWhenAFileChangesDuringCapture(t *testing.T) {

@@ -153,19 +153,49 @@ func codeOf(err error) protocol.Code {
 	return ""
 }
 
+// mustWrite writes p from the host, as the owner of the directory it lands in (see ownLikeParent).
 func mustWrite(t *testing.T, p string, data []byte, mode fs.FileMode) {
 	t.Helper()
+	owner := existingAncestor(p)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(p, data, mode); err != nil {
 		t.Fatal(err)
 	}
+	ownLikeParent(t, owner, p)
 }
 
 func mustSymlink(t *testing.T, target, p string) {
 	t.Helper()
+	owner := existingAncestor(p)
 	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
+	}
+	ownLikeParent(t, owner, p)
+}
+
+// existingAncestor is the nearest directory above p that exists.
+func existingAncestor(p string) string {
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == "/" {
+			return d
+		}
+	}
+}
+
+// ownLikeParent gives p, and the directories made for it below ancestor, to ancestor's owner.
+// What a test plants in a workspace from the host is then the workspace user's, as if the agent
+// had made it: a confined runner acts with that user's rights only.
+func ownLikeParent(t *testing.T, ancestor, p string) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(ancestor, &st); err != nil {
+		t.Fatal(err)
+	}
+	for q := p; q != ancestor && q != "/"; q = filepath.Dir(q) {
+		if err := os.Lchown(q, int(st.Uid), int(st.Gid)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

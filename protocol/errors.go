@@ -37,6 +37,9 @@ const (
 	CodeGitBusy              Code = "git_busy"
 	CodeCorrupt              Code = "corrupt"
 	CodeLeaseHeld            Code = "lease_held"
+	// CodePermissionDenied: the workspace's own user may not act on that file (the runner acts
+	// on files with the agent's rights, never more).
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -68,6 +71,7 @@ var exitCodes = map[Code]int{
 	CodeCorrupt:              25,
 	CodeLeaseHeld:            26,
 	CodeDigestMismatch:       27,
+	CodePermissionDenied:     28,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -20,6 +20,8 @@ const (
 	CodeInvalidPath     = "invalid_path"
 	CodeConflict        = "conflict"
 	CodeTooLarge        = "too_large"
+	// CodePermissionDenied: the workspace's user may not do this to that file.
+	CodePermissionDenied = "permission_denied"
 )
 
 // Error is a refusal or failure with a typed code. Path is the
@@ -105,6 +107,10 @@ func mapErrno(op, path string, err error) error {
 		code = CodeNotDirectory
 	case unix.EINVAL, unix.ENAMETOOLONG:
 		code = CodeInvalidArgument
+	case unix.EACCES, unix.EPERM:
+		// The runner acts on files with the agent's ids: what the agent may not change, it
+		// may not either (a file another user left, a hard link to one).
+		code = CodePermissionDenied
 	}
 	if code == "" {
 		return fmt.Errorf("%s %s: %w", op, path, err)
