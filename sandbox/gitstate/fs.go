@@ -1,7 +1,6 @@
 package gitstate
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -157,8 +156,7 @@ type namedInfo struct {
 
 func (n namedInfo) Name() string { return n.name }
 
-// roFile is a file opened for reading; it keeps the *os.File reachable
-// (OS) so that capture can fstat it before and after copying.
+// roFile is a file of the guard opened for reading.
 type roFile struct {
 	*os.File
 	name string
@@ -169,131 +167,3 @@ func (f *roFile) Lock() error               { return nil }
 func (f *roFile) Unlock() error             { return nil }
 func (f *roFile) Truncate(int64) error      { return errReadOnly }
 func (f *roFile) Write([]byte) (int, error) { return 0, errReadOnly }
-func (f *roFile) OS() *os.File              { return f.File }
-
-// hostFS is a read-only billy.Filesystem over a host directory outside
-// the workspace root: the gitdir of a linked worktree and the common
-// directory it shares with the main worktree, or an alternate object
-// directory. These lie outside the guard by construction (the workspace's
-// .git file names them); they are only ever read, and only by the runner
-// capturing the Git metadata of its own workspace, so nothing is reached
-// that the workspace's own processes could not read themselves.
-type hostFS struct {
-	dir string
-	// objectsOnly maps "objects/..." onto dir itself (an alternate object
-	// directory, whatever its name) and hides every other name.
-	objectsOnly bool
-}
-
-func (h *hostFS) abs(name string) string {
-	name = path.Clean("/" + filepath.ToSlash(name))[1:]
-	if h.objectsOnly {
-		rest, ok := strings.CutPrefix(name, "objects")
-		if !ok || (rest != "" && rest[0] != '/') {
-			return filepath.Join(h.dir, "objects", ".tether-not-an-object-dir", filepath.FromSlash(name))
-		}
-		name = strings.TrimPrefix(rest, "/")
-	}
-	return filepath.Join(h.dir, filepath.FromSlash(name))
-}
-
-func (h *hostFS) Open(name string) (billy.File, error) {
-	f, err := os.Open(h.abs(name))
-	if err != nil {
-		return nil, err
-	}
-	return &roFile{File: f, name: name}, nil
-}
-
-func (h *hostFS) OpenFile(name string, flag int, _ os.FileMode) (billy.File, error) {
-	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
-		return nil, &os.PathError{Op: "open", Path: name, Err: errReadOnly}
-	}
-	return h.Open(name)
-}
-
-func (h *hostFS) Stat(name string) (os.FileInfo, error)  { return os.Stat(h.abs(name)) }
-func (h *hostFS) Lstat(name string) (os.FileInfo, error) { return os.Lstat(h.abs(name)) }
-func (h *hostFS) Readlink(name string) (string, error)   { return os.Readlink(h.abs(name)) }
-func (h *hostFS) Join(elem ...string) string             { return filepath.Join(elem...) }
-func (h *hostFS) Root() string                           { return h.dir }
-
-func (h *hostFS) ReadDir(name string) ([]os.FileInfo, error) {
-	ents, err := os.ReadDir(h.abs(name))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]os.FileInfo, 0, len(ents))
-	for _, e := range ents {
-		fi, err := e.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return nil, err
-		}
-		out = append(out, fi)
-	}
-	return out, nil
-}
-
-func (h *hostFS) Chroot(p string) (billy.Filesystem, error) {
-	if h.objectsOnly {
-		return nil, &os.PathError{Op: "chroot", Path: p, Err: errReadOnly}
-	}
-	return &hostFS{dir: h.abs(p)}, nil
-}
-
-func (h *hostFS) Create(name string) (billy.File, error) {
-	return nil, &os.PathError{Op: "create", Path: name, Err: errReadOnly}
-}
-func (h *hostFS) Rename(from, _ string) error {
-	return &os.PathError{Op: "rename", Path: from, Err: errReadOnly}
-}
-func (h *hostFS) Remove(name string) error {
-	return &os.PathError{Op: "remove", Path: name, Err: errReadOnly}
-}
-func (h *hostFS) TempFile(dir, _ string) (billy.File, error) {
-	return nil, &os.PathError{Op: "tempfile", Path: dir, Err: errReadOnly}
-}
-func (h *hostFS) MkdirAll(name string, _ os.FileMode) error {
-	return &os.PathError{Op: "mkdir", Path: name, Err: errReadOnly}
-}
-func (h *hostFS) Symlink(_, link string) error {
-	return &os.PathError{Op: "symlink", Path: link, Err: errReadOnly}
-}
-
-// altFS serves objects/info/alternates with every entry made absolute:
-// go-git resolves a relative entry against its own filesystem root, where
-// Git resolves it against the objects directory.
-type altFS struct {
-	billy.Filesystem
-	content []byte
-}
-
-func (a *altFS) Open(name string) (billy.File, error) {
-	if path.Clean(strings.TrimPrefix(filepath.ToSlash(name), "/")) == alternatesPath {
-		return &memFile{Reader: bytes.NewReader(a.content), name: name}, nil
-	}
-	return a.Filesystem.Open(name)
-}
-
-func (a *altFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
-	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
-		return nil, &os.PathError{Op: "open", Path: name, Err: errReadOnly}
-	}
-	return a.Open(name)
-}
-
-// memFile serves rewritten file contents.
-type memFile struct {
-	*bytes.Reader
-	name string
-}
-
-func (m *memFile) Name() string              { return m.name }
-func (m *memFile) Close() error              { return nil }
-func (m *memFile) Lock() error               { return nil }
-func (m *memFile) Unlock() error             { return nil }
-func (m *memFile) Truncate(int64) error      { return errReadOnly }
-func (m *memFile) Write([]byte) (int, error) { return 0, errReadOnly }

@@ -1,7 +1,8 @@
 // Package gitstate reads a workspace's Git state with go-git (no git
 // command in the sandbox): HEAD, branch, upstream, ahead/behind counts and
-// how dirty the worktree is. It also opens repositories read-only for the
-// snapshot writer, which normalizes linked worktrees and alternates.
+// how dirty the worktree is. Everything is read through the workspace's
+// guard: a .git file, commondir or alternates, which may name directories
+// outside the workspace, are never followed (Open refuses them).
 package gitstate
 
 import (
@@ -168,7 +169,7 @@ func (r *Repo) status(st *State) error {
 
 // excludes reads info/exclude, which go-git's status leaves to the caller.
 func (r *Repo) excludes() ([]gitignore.Pattern, error) {
-	f, err := r.Common.Open("info/exclude")
+	f, err := r.GitDir.Open("info/exclude")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -1,13 +1,17 @@
 package gitstate
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 )
 
@@ -157,33 +161,127 @@ func TestInspectDetachedAndNoRepo(t *testing.T) {
 	}
 }
 
-func TestInspectLinkedWorktree(t *testing.T) {
-	work := fixture(t)
-	wt := filepath.Join(filepath.Dir(work), "wt")
-	runGit(t, work, "worktree", "add", "-q", "-b", "feature", wt, "HEAD~1")
-	runGit(t, wt, "branch", "-q", "--set-upstream-to=origin/main")
-	write(t, filepath.Join(wt, "x.txt"), "x\n")
-	write(t, filepath.Join(wt, "b.txt"), "wt-staged\n")
-	runGit(t, wt, "add", "b.txt")
-	got := inspect(t, wt)
-	want := fromGit(t, wt)
-	if *got != want || got.Branch != "feature" {
-		t.Fatalf("Inspect = %+v\ngit says  %+v", got, want)
+// openErr opens dir's repository and returns the error, failing the test
+// if Open succeeds or takes longer than a few seconds (a FIFO opened on a
+// host path would block it forever).
+func openErr(t *testing.T, dir string) error {
+	t.Helper()
+	root, err := fsguard.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	done := make(chan error, 1)
+	go func() {
+		r, err := Open(root, ".")
+		if r != nil {
+			err = nil
+		} else if err == nil {
+			err = errors.New("no repository")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Open succeeded")
+		}
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open is blocked: it followed a path outside the workspace")
+		return nil
 	}
 }
 
-func TestInspectAlternates(t *testing.T) {
+func wantNotFollowed(t *testing.T, err error, path string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnsupported || e.Path != path || !e.NotFollowed || !IsNotFollowed(err) ||
+		!strings.Contains(err.Error(), "not followed") || !strings.Contains(err.Error(), "outside the workspace") {
+		t.Fatalf("want a not-followed %s error on %s, got %#v (%v)", CodeUnsupported, path, err, err)
+	}
+}
+
+// A .git file names a git directory somewhere else: a real linked
+// worktree, or whatever the agent wrote. It is never followed.
+func TestInspectDoesNotFollowGitFile(t *testing.T) {
+	t.Run("linked worktree", func(t *testing.T) {
+		work := fixture(t)
+		wt := filepath.Join(filepath.Dir(work), "wt")
+		runGit(t, work, "worktree", "add", "-q", "-b", "feature", wt, "HEAD~1")
+		wantNotFollowed(t, openErr(t, wt), ".git")
+	})
+	t.Run("host directory of FIFOs", func(t *testing.T) {
+		host := t.TempDir()
+		for _, name := range []string{"HEAD", "config", "commondir"} {
+			if err := syscall.Mkfifo(filepath.Join(host, name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ws := t.TempDir()
+		write(t, filepath.Join(ws, ".git"), "gitdir: "+host+"\n")
+		wantNotFollowed(t, openErr(t, ws), ".git")
+	})
+	t.Run("in a subdirectory", func(t *testing.T) {
+		ws := t.TempDir()
+		write(t, filepath.Join(ws, "sub/.git"), "gitdir: ../../elsewhere\n")
+		root, err := fsguard.Open(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		_, err = Open(root, "sub")
+		wantNotFollowed(t, err, "sub/.git")
+	})
+}
+
+// A .git directory whose commondir or objects/info/alternates names
+// another directory is not followed either.
+func TestInspectDoesNotFollowCommondirOrAlternates(t *testing.T) {
+	t.Run("alternates", func(t *testing.T) {
+		work := fixture(t)
+		clone := filepath.Join(filepath.Dir(work), "shared")
+		runGit(t, filepath.Dir(work), "clone", "-q", "--shared", work, clone)
+		if _, err := os.Stat(filepath.Join(clone, ".git/objects/info/alternates")); err != nil {
+			t.Fatal(err)
+		}
+		wantNotFollowed(t, openErr(t, clone), ".git/objects/info/alternates")
+	})
+	t.Run("commondir", func(t *testing.T) {
+		work := fixture(t)
+		other := fixture(t)
+		write(t, filepath.Join(work, ".git/commondir"), filepath.Join(other, ".git")+"\n")
+		wantNotFollowed(t, openErr(t, work), ".git/commondir")
+	})
+}
+
+// An alternates file written after Open (the agent races the runner) is
+// not followed by go-git's own lookup either, not even to a directory
+// inside the workspace.
+func TestAlternatesWrittenAfterOpenAreNotFollowed(t *testing.T) {
 	work := fixture(t)
-	clone := filepath.Join(filepath.Dir(work), "shared")
-	runGit(t, filepath.Dir(work), "clone", "-q", "--shared", work, clone)
-	if _, err := os.Stat(filepath.Join(clone, ".git/objects/info/alternates")); err != nil {
+	other := t.TempDir()
+	runGit(t, other, "init", "-q")
+	write(t, filepath.Join(other, "x"), "only in the other repository\n")
+	h := strings.TrimSpace(runGit(t, other, "hash-object", "-w", "x"))
+	loose := filepath.Join("objects", h[:2], h[2:])
+	b, err := os.ReadFile(filepath.Join(other, ".git", loose))
+	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(clone, "z.txt"), "z\n")
-	got := inspect(t, clone)
-	want := fromGit(t, clone)
-	if *got != want {
-		t.Fatalf("Inspect = %+v\ngit says  %+v", got, want)
+	root, err := fsguard.Open(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	r, err := Open(root, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(work, ".git/sub", loose), string(b))
+	write(t, filepath.Join(work, ".git/objects/info/alternates"), "sub/objects\n")
+	if _, err := r.Storage.EncodedObject(plumbing.AnyObject, plumbing.NewHash(h)); !errors.Is(err, plumbing.ErrObjectNotFound) {
+		t.Fatalf("object only an alternate holds: err %v, want %v", err, plumbing.ErrObjectNotFound)
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/sandbox/fsguard"
-	"github.com/tetherhq/tether/sandbox/gitstate"
 	"github.com/tetherhq/tether/sandbox/stableread"
 	"golang.org/x/sys/unix"
 )
@@ -120,8 +119,6 @@ type capturer struct {
 	tw  *tar.Writer
 	m   *Manifest
 	buf []byte
-	// git is the root repository when its .git must be normalized.
-	git *gitstate.Repo
 }
 
 func (c *capturer) run(root *fsguard.Root) error {
@@ -171,12 +168,6 @@ func (c *capturer) walk(d *fsguard.Root, rel string, before *unix.Stat_t, inGit 
 		st := fi.Sys().(*unix.Stat_t)
 		if reserved(name) {
 			c.skip(p, st.Mode, "reserved name")
-			continue
-		}
-		if rel == "." && name == ".git" && c.git != nil {
-			if err := c.writeGit(); err != nil {
-				return err
-			}
 			continue
 		}
 		switch st.Mode & unix.S_IFMT {

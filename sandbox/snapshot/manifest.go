@@ -1,7 +1,7 @@
 // Package snapshot writes and reads workspace snapshot archives: a PAX tar
 // stream in lexical path order (regular files, directories, symlinks as
-// links, modes and mtimes, the Git directory normalized into a standalone
-// repository), compressed with zstd, whose last entry is a JSON manifest
+// links, modes and mtimes; .git as the files it is, never followed
+// elsewhere), compressed with zstd, whose last entry is a JSON manifest
 // describing every other entry. Capture streams the archive without
 // staging anything on disk; Restore extracts into a staging directory,
 // verifies every entry against the manifest and only then publishes.
@@ -73,13 +73,12 @@ type Manifest struct {
 	Skipped     []Skipped       `json:"skipped"`
 	Totals      Totals          `json:"totals"`
 	Git         *gitstate.State `json:"git,omitempty"`
-	// GitError says why Git is missing although the workspace has a .git
-	// (a layout go-git cannot read): the files were still captured.
+	// GitError says why Git is missing although the workspace has a .git:
+	// a .git file, commondir or objects/info/alternates (never followed:
+	// they may name directories outside the workspace), or a layout go-git
+	// cannot read. The files, .git included, were still captured as they
+	// are.
 	GitError string `json:"git_error,omitempty"`
-	// GitNormalized names the normalization applied to the workspace's
-	// .git: "linked_worktree" or "alternates"; empty when .git was
-	// archived as it is.
-	GitNormalized string `json:"git_normalized,omitempty"`
 
 	// SHA256 is the SHA-256 of the manifest's JSON exactly as archived
 	// (lowercase hex); Capture archives json.Marshal of the manifest. It
@@ -89,12 +88,6 @@ type Manifest struct {
 	// JSONSize is the size of that JSON in bytes.
 	JSONSize int64 `json:"-"`
 }
-
-// Git normalizations.
-const (
-	NormalizedLinkedWorktree = "linked_worktree"
-	NormalizedAlternates     = "alternates"
-)
 
 // Error codes. The strings are those of the wire protocol.
 const (
