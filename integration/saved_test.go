@@ -121,6 +121,7 @@ func TestSavedReadsAfterClose(t *testing.T) {
 	mustSymlink(t, "file", host("d/link"))
 	mustSymlink(t, "/etc/passwd", host("d/abs"))
 	mustSymlink(t, "nested", host("d/dirlink"))
+	giveToAgent(t, ws.Root)
 
 	paths := []string{".", "top.txt", "empty", "emptydir", "d", "d/file", "d/secret", "d/nested", "d/nested/deep.txt",
 		"d/nested/big.bin", "d-sibling", "d/link", "d/abs", "d/dirlink", "d/link/x", "d/dirlink/deep.txt", "d/file/x",

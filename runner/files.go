@@ -216,6 +216,11 @@ func (r *Runner) fsChmod(h protocol.Header) (protocol.FileInfo, error) {
 		return protocol.FileInfo{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
 	}
 	return r.onPath(args.Path, func(root *fsguard.Root, clean string) error {
+		// The root's mode is the sandbox's, not the tree's: a root the workspace's own user may
+		// not enter any more would lock out the runner, which acts with that user's rights.
+		if clean == "." {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "the workspace root's mode is not changed; chmod what is in it")
+		}
 		return root.Chmod(clean, fs.FileMode(args.Mode))
 	})
 }

@@ -210,7 +210,8 @@ func readStatus(r *os.File, wrapper process.Exit) (process.Exit, error) {
 		return wrapper, fmt.Errorf("sandbox init: unreadable status: %w", err)
 	}
 	if st.Error != "" {
-		return process.Exit{Code: -1}, errors.New(st.Error)
+		// As an unconfined command that cannot start: the command failed, typed.
+		return process.Exit{Code: -1}, protocol.Errorf(protocol.CodeFailed, "%s", st.Error)
 	}
 	if st.Signal != 0 {
 		return process.Exit{Code: -1, Signal: st.Signal}, nil

@@ -61,6 +61,10 @@ func Init(args []string) int {
 	}()
 
 	cmd, err := prepare(spec)
+	var notFound *exec.Error
+	if errors.As(err, &notFound) {
+		return report(initStatus{Code: -1, Error: fmt.Sprintf("start %q: %v", spec.Argv[0], notFound.Err)})
+	}
 	if err != nil {
 		return report(initStatus{Code: -1, Error: "sandbox: " + err.Error()})
 	}
