@@ -80,21 +80,21 @@ func checkEmptyDir(root string) error {
 	if !filepath.IsAbs(root) {
 		return protocol.Errorf(protocol.CodeInvalidArgument, "workspace root %q is not absolute", root)
 	}
-	fi, err := os.Lstat(root)
+	// Opened, then looked at through the descriptor: a confined runner names its root
+	// /proc/self/fd/N (a magic link that Lstat would call a symlink).
+	f, err := os.Open(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return protocol.Errorf(protocol.CodeNotFound, "workspace root %s does not exist", root)
 	}
 	if err != nil {
 		return err
 	}
-	if !fi.IsDir() {
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.IsDir() {
 		return protocol.Errorf(protocol.CodeNotDirectory, "workspace root %s is not a directory", root)
 	}
-	f, err := os.Open(root)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	names, err := f.Readdirnames(1)
 	if err != nil && err != io.EOF {
 		return err
