@@ -71,6 +71,7 @@ type Server struct {
 	providers     *providerSet
 	operatorToken string
 	advertise     string
+	runnerSocket  string // host path of the unix socket runners may dial ("" without one)
 	blobs         blob.Store
 	identity      *age.X25519Identity
 	encrypt       bool
@@ -222,6 +223,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.advertise = "http://" + l.Addr().String()
 	}
 
+	stopRunnerSocket := s.serveRunnerSocket()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 	errc := make(chan error, 1)
@@ -240,6 +242,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
+	stopRunnerSocket()
 	s.bg.Wait()
 	s.providers.Close()
 	if cerr := s.store.Close(); err == nil {

@@ -156,9 +156,15 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 	alloc, err := prov.Create(ctx, provider.CreateRequest{
 		WorkspaceID: ws.ID, AllocationID: ws.AllocationID, ControllerURL: s.advertise,
 		RunnerToken: token, RunnerBinary: s.cfg.RunnerBinary, Options: opts,
+		ControllerSocket: s.runnerSocket,
 	})
 	if err != nil {
 		return fail(fmt.Sprintf("provider %s could not create the sandbox: %v", ws.Provider, err))
+	}
+	// What the provider says of the sandbox (its network, limits, isolation) is kept with the
+	// allocation and shown by workspace show.
+	if err := s.store.SetAllocationInfo(ctx, ws.AllocationID, alloc.Info); err != nil {
+		s.log.Warn("record allocation info", "allocation", ws.AllocationID, "err", err)
 	}
 	if alloc.Root != "" {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocStarting, alloc.Root, "")
@@ -199,6 +205,11 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 		return ws, err
 	}
 	_, ws.Connected = s.hub.Get(ws.AllocationID)
+	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
+		s.log.Warn("read allocation info", "allocation", ws.AllocationID, "err", err)
+	} else if len(info) > 0 {
+		ws.AllocationInfo = info
+	}
 	return ws, nil
 }
 

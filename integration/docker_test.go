@@ -56,6 +56,22 @@ func dockerEngine(t *testing.T) *client.Client {
 	return cli
 }
 
+// networksOf lists the networks labelled with the allocation.
+func networksOf(t *testing.T, cli *client.Client, allocation string) []string {
+	t.Helper()
+	res, err := cli.NetworkList(context.Background(), client.NetworkListOptions{
+		Filters: make(client.Filters).Add("label", "tether.allocation="+allocation),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range res.Items {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
 // containersOf lists the containers (running or not) labelled with the allocation.
 func containersOf(t *testing.T, cli *client.Client, allocation string) []string {
 	t.Helper()
@@ -90,6 +106,16 @@ func startDockerController(t *testing.T, cli *client.Client) *controllerProc {
 		for _, ct := range res.Items {
 			t.Logf("removing leftover container %v", ct.Names)
 			_, _ = cli.ContainerRemove(context.Background(), ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
+		nets, err := cli.NetworkList(context.Background(), client.NetworkListOptions{
+			Filters: make(client.Filters).Add("label", "tether.controller-url="+url),
+		})
+		if err != nil {
+			return
+		}
+		for _, n := range nets.Items {
+			t.Logf("removing leftover network %s", n.Name)
+			_, _ = cli.NetworkRemove(context.Background(), n.ID, client.NetworkRemoveOptions{})
 		}
 	})
 	c := startController(t, serveOpts{})
@@ -136,7 +162,7 @@ func (c *controllerProc) listing(t *testing.T, id string) string {
 
 // CI boots runners in local containers: a workspace in Docker is created ready, runs commands
 // inside the container as its unprivileged user in /workspace, moves files, snapshots, and is
-// removed with its container.
+// removed with its container and its network.
 func TestDockerWorkspaceLifecycle(t *testing.T) {
 	cli := dockerEngine(t)
 	c := startDockerController(t, cli)
@@ -150,9 +176,10 @@ func TestDockerWorkspaceLifecycle(t *testing.T) {
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "uid=65532") || lines[1] != "/workspace" || lines[2] != "docker-init" {
 		t.Fatalf("id; pwd; init in the container said:\n%s", out)
 	}
-	// Hardened: no capabilities at all, and no way to gain privileges.
-	status := c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status")
-	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
+	// Hardened: the agent's commands have no capabilities at all, and no way to gain privileges
+	// (the bounding set is the runner's few, which no-new-privileges keeps out of reach).
+	status := c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "grep -E '^(CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status")
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("process status lacks %q:\n%s", want, status)
 		}
@@ -173,9 +200,15 @@ func TestDockerWorkspaceLifecycle(t *testing.T) {
 	}
 	c.snapshot(t, ws.ID)
 
+	if nets := networksOf(t, cli, ws.AllocationID); len(nets) != 1 || nets[0] != "tether-"+ws.AllocationID {
+		t.Fatalf("networks of %s: %v", ws.AllocationID, nets)
+	}
 	c.mustCLI(t, "workspace", "rm", ws.ID)
 	if names := containersOf(t, cli, ws.AllocationID); len(names) != 0 {
 		t.Fatalf("containers left after workspace rm: %v", names)
+	}
+	if nets := networksOf(t, cli, ws.AllocationID); len(nets) != 0 {
+		t.Fatalf("networks left after workspace rm: %v", nets)
 	}
 }
 
@@ -276,14 +309,30 @@ func sameJSON(a, b json.RawMessage) bool {
 	return string(xa) == string(ya)
 }
 
-// --provider-opt reaches the provider: another user, and an image that is not there fails
-// plainly (tether never pulls) and leaves no container.
+// --provider-opt reaches the provider: another agent user, other limits (applied, recorded and
+// shown), and an image that is not there fails plainly (tether never pulls) and leaves no
+// container and no network.
 func TestDockerProviderOptions(t *testing.T) {
 	cli := dockerEngine(t)
 	c := startDockerController(t, cli)
-	ws := c.createOn(t, "docker", "--provider-opt", "user=4242:4243", "--provider-opt", "pids=64")
+	ws := c.createOn(t, "docker", "--provider-opt", "user=4242:4243", "--provider-opt", "pids=64",
+		"--provider-opt", "memory_mib=512", "--provider-opt", "cpus=1")
 	if out := c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "id -u; id -g; cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"); out != "4242\n4243\n64\n" {
 		t.Fatalf("uid, gid, pids.max in the container: %q", out)
+	}
+	res, err := cli.ContainerInspect(context.Background(), "tether-"+ws.AllocationID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc := res.Container.HostConfig; hc.Memory != 512<<20 || hc.NanoCPUs != 1e9 || hc.PidsLimit == nil || *hc.PidsLimit != 64 {
+		t.Errorf("limits: memory %d, cpus %d, pids %v; want 512 MiB, 1, 64", hc.Memory, hc.NanoCPUs, hc.PidsLimit)
+	}
+	info := c.showWorkspace(t, ws.ID).AllocationInfo
+	if info["memory"] != "512 MiB" || info["cpus"] != "1" || info["pids"] != "64" || info["agent_user"] != "4242:4243" {
+		t.Errorf("allocation info %v", info)
+	}
+	if r := c.cli(t, nil, "workspace", "create", "--provider", "docker", "--provider-opt", "user=0:0"); r.Code == 0 || !strings.Contains(r.Stderr, "never runs as root") {
+		t.Errorf("create with a root agent: exit %d\n%s", r.Code, r.Stderr)
 	}
 
 	r := c.cli(t, nil, "workspace", "create", "--provider", "docker", "--provider-opt", "image=tether-no-such-image:dev", "--json")
@@ -296,6 +345,9 @@ func TestDockerProviderOptions(t *testing.T) {
 	}
 	if names := containersOf(t, cli, failed.AllocationID); len(names) != 0 {
 		t.Fatalf("a failed create left containers: %v", names)
+	}
+	if nets := networksOf(t, cli, failed.AllocationID); len(nets) != 0 {
+		t.Fatalf("a failed create left networks: %v", nets)
 	}
 	r = c.cli(t, nil, "workspace", "create", "--provider", "docker", "--provider-opt", "no-such-option=1")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "unknown option") {

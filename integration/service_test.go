@@ -16,8 +16,8 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 )
 
-// serviceServer is a tiny HTTP server: it listens on 127.0.0.1:$PORT, logs each request's path
-// to stdout and answers /health with 200.
+// serviceServer is a tiny HTTP server: it listens on 127.0.0.1:$PORT (or $LISTEN_HOST:$PORT),
+// logs each request's path to stdout and answers /health with 200.
 const serviceServer = `package main
 
 import (
@@ -31,8 +31,12 @@ func main() {
 		fmt.Println("request", r.URL.Path)
 		fmt.Fprintln(w, "hello from", r.URL.Path)
 	})
+	host := os.Getenv("LISTEN_HOST")
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	fmt.Fprintln(os.Stderr, "listening on", os.Getenv("PORT"))
-	if err := http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), nil); err != nil {
+	if err := http.ListenAndServe(host+":"+os.Getenv("PORT"), nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
@@ -49,6 +48,8 @@ type Runner struct {
 	// root is how the runner opens its workspace root: cfg.Root, or a descriptor path once
 	// isolate took the runner's file access down to the agent's.
 	root string
+	// ctl is how the controller is dialed (a unix socket's directory is opened in New).
+	ctl *controllerDial
 
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
@@ -84,6 +85,11 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root}
 	r.services = service.NewManager(r.resolveDir)
 	r.services.Confiner = r
+	ctl, err := newControllerDial(cfg.ControllerURL)
+	if err != nil {
+		return nil, err
+	}
+	r.ctl = ctl
 	return r, nil
 }
 
@@ -135,12 +141,7 @@ func (r *Runner) Shutdown() {
 }
 
 func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {
-	u, err := connectURL(r.cfg.ControllerURL)
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrRefused, err)
-	}
-	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second, EnableCompression: false,
-		ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10, Proxy: http.ProxyFromEnvironment}
+	u, dialer := r.ctl.url, r.ctl.dialer()
 	h := http.Header{}
 	r.mu.Lock()
 	h.Set("Authorization", protocol.Bearer(r.token))

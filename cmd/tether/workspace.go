@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -177,7 +179,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			}, gitRows(w)...)); err != nil {
+			}, append(gitRows(w), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older
@@ -230,6 +232,16 @@ func exactArgs(n int) cobra.PositionalArgs {
 }
 
 // gitRows describe a project workspace's checkout, as recorded (no Git is run to show them).
+// sandboxRows are what the provider said of the sandbox (network, limits, isolation), one row
+// per key in key order, named as the provider named them.
+func sandboxRows(w api.Workspace) [][2]string {
+	var rows [][2]string
+	for _, k := range slices.Sorted(maps.Keys(w.AllocationInfo)) {
+		rows = append(rows, [2]string{k, w.AllocationInfo[k]})
+	}
+	return rows
+}
+
 func gitRows(w api.Workspace) [][2]string {
 	if w.Git == nil {
 		return nil

@@ -35,6 +35,9 @@ type Workspace struct {
 	Epoch        uint64 `json:"epoch"`          // the writer epoch: grows with every lease and reopen
 	// Git is set for a project workspace: its project, mode, branch and base.
 	Git *WorkspaceGit `json:"git,omitempty"`
+	// AllocationInfo is what the provider said of the current allocation's sandbox: for Docker
+	// its container, network, limits and isolation.
+	AllocationInfo map[string]string `json:"allocation_info,omitempty"`
 	// ReclaimedAt is when a gc sweep last reclaimed the closed workspace's superseded storage.
 	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`

@@ -74,6 +74,11 @@ type Store interface {
 	// refused runner connection, say): the event's from and to are both its current state.
 	RecordEvent(ctx context.Context, workspaceID, cause string) error
 
+	// SetAllocationInfo records what the provider said of an allocation's sandbox (its network,
+	// limits, isolation), replacing what was recorded; AllocationInfo returns it (empty if none).
+	SetAllocationInfo(ctx context.Context, id string, info map[string]string) error
+	AllocationInfo(ctx context.Context, id string) (map[string]string, error)
+
 	CreateRun(ctx context.Context, r api.Run) error
 	FinishRun(ctx context.Context, id string, state string, exitCode *int, signal int, errMsg string, at time.Time) error
 	GetRun(ctx context.Context, id string) (api.Run, error)

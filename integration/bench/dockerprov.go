@@ -172,7 +172,7 @@ func (b *bench) dockerFiles(ctx context.Context) error {
 			Unit: unitMiBps, Tether: val(median(row.t.mibps)), TetherTool: row.tool, N: len(row.t.mibps),
 			Reference: row.ref, ReferenceTool: row.refTool, RefN: len(row.r.mibps), Note: row.note})
 	}
-	b.rep.note("Docker provider rows: workspaces run in %s with the provider's defaults (network host, uid 65532, capabilities dropped, an init process). `docker run --rm` includes removing the container; CreateWorkspace does not (workspaces are deleted untimed). WriteFile fsyncs before publishing; `docker cp` does not.", runnerImage)
+	b.rep.note("Docker provider rows: workspaces run in %s with the provider's defaults (a private network of each workspace's own, made and removed with it — start → ready includes making it —, the runner reaching the controller through its mounted socket, the runner as root with SETUID, SETGID, KILL and CHOWN only, the agent as uid 65532, memory/CPU/pids limits, an init process). `docker run --rm` includes removing the container; CreateWorkspace does not (workspaces are deleted untimed). WriteFile fsyncs before publishing; `docker cp` does not.", runnerImage)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/tetherhq/tether/plugins/provider"
@@ -33,16 +34,22 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Allocation{}, err
 	}
 	opts := options.Resolve(cfg, req.Options)
+	if err := checkOptions(opts); err != nil {
+		return provider.Allocation{}, err
+	}
 	lim, err := limitsFrom(opts, req.Resources)
 	if err != nil {
 		return provider.Allocation{}, err
 	}
-	if err := checkReachable(opts["network"], req.ControllerURL); err != nil {
+	mode := opts["network"]
+	runnerURL, err := p.runnerURL(cli, mode, req)
+	if err != nil {
 		return provider.Allocation{}, err
 	}
 	uid, gid := parseUser(opts["user"])
 	unlock := p.lock(req.AllocationID)
 	defer unlock()
+	lim = p.fitCPUs(ctx, cli, lim, req.Resources, opts)
 
 	image := opts["image"]
 	if _, err := cli.ImageInspect(ctx, image); err != nil {
@@ -58,12 +65,23 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 
 	name := containerName(req.AllocationID)
+	network := mode
+	var networkID string
+	if ownNetwork(mode) {
+		if networkID, err = createNetwork(ctx, cli, mode, req); err != nil {
+			return provider.Allocation{}, err
+		}
+		network = networkName(req.AllocationID)
+	}
 	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       name,
-		Config:     containerConfig(req, opts),
-		HostConfig: hostConfig(opts, lim),
+		Config:     containerConfig(req, opts, runnerURL),
+		HostConfig: hostConfig(opts, lim, network, req.ControllerSocket, runnerURL),
 	})
 	if err != nil {
+		if networkID != "" {
+			removeNetwork(ctx, cli, networkID)
+		}
 		err = typed("create container "+name, err)
 		if provider.ErrorCode(err) == provider.CodeConflict {
 			return provider.Allocation{}, provider.Errorf(provider.CodeConflict, "a container named %s already exists", name)
@@ -71,16 +89,22 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Allocation{}, err
 	}
 	fail := func(err error) (provider.Allocation, error) {
-		// Nothing was handed out yet; leave no container behind.
+		// Nothing was handed out yet; leave no container and no network behind.
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_, _ = cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if networkID != "" {
+			removeNetwork(rmCtx, cli, networkID)
+		}
 		return provider.Allocation{}, err
 	}
+	// The workspace is the agent's; the rest is the runner's (root) and closed to the agent:
+	// the boot environment with the token, /run/tether above the controller's socket.
 	files := []tarFile{
 		{name: "workspace/", mode: 0o755, uid: uid, gid: gid, dir: true},
-		{name: ".tether/", mode: 0o700, uid: uid, gid: gid, dir: true},
-		{name: ".tether/env", mode: 0o600, uid: uid, gid: gid, data: bootEnvFile(req.ControllerURL, req.RunnerToken)},
+		{name: ".tether/", mode: 0o700, dir: true},
+		{name: ".tether/env", mode: 0o600, data: bootEnvFile(runnerURL, req.RunnerToken)},
+		{name: strings.TrimPrefix(runDir, "/") + "/", mode: 0o700, dir: true},
 		{name: strings.TrimPrefix(runnerPath, "/"), mode: 0o755, data: runner},
 	}
 	if err := copyIn(ctx, cli, created.ID, files); err != nil {
@@ -89,24 +113,80 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		return fail(typed("start container "+name, err))
 	}
-	return provider.Allocation{
-		ID:   req.AllocationID,
-		Root: workspaceDir,
-		Info: map[string]string{
-			"container": shortID(created.ID),
-			"name":      name,
-			"image":     image,
-			"network":   opts["network"],
-			"user":      opts["user"],
-		},
-	}, nil
+	info := map[string]string{
+		"container":       shortID(created.ID),
+		"name":            name,
+		"image":           image,
+		"network":         mode,
+		"isolation":       provider.IsolationUID,
+		"agent_user":      opts["user"],
+		"cpus":            limitText(float64(lim.nanoCPUs)/1e9, lim.nanoCPUs),
+		"memory":          limitText(float64(lim.memory>>20), lim.memory) + mib(lim.memory),
+		"pids":            limitText(float64(lim.pids), lim.pids),
+		"runner_connects": connectsText(runnerURL),
+	}
+	if network != mode {
+		info["docker_network"] = network
+	}
+	return provider.Allocation{ID: req.AllocationID, Root: workspaceDir, Info: info}, nil
 }
 
-func containerConfig(req provider.CreateRequest, opts map[string]string) *container.Config {
+// limitText shows a limit, "none" for none.
+func limitText(v float64, raw int64) string {
+	if raw <= 0 {
+		return "none"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func mib(bytes int64) string {
+	if bytes <= 0 {
+		return ""
+	}
+	return " MiB"
+}
+
+// connectsText says how the runner reaches the controller.
+func connectsText(runnerURL string) string {
+	if strings.HasPrefix(runnerURL, "unix://") {
+		return "through the controller's runner socket (" + runnerURL + ")"
+	}
+	return runnerURL
+}
+
+// runnerURL is the URL the runner of a new allocation dials. On the provider's own networks
+// it is the controller's runner socket, mounted into the container: the network has no route
+// to a controller on the host's loopback. That needs a socket, and a Docker Engine on this
+// machine (a bind mount names a path on the daemon's host); without them a controller URL the
+// network can reach will do.
+func (p *Provider) runnerURL(cli *client.Client, mode string, req provider.CreateRequest) (string, error) {
+	if !ownNetwork(mode) {
+		return req.ControllerURL, checkReachable(mode, req.ControllerURL)
+	}
+	if req.ControllerSocket != "" && strings.HasPrefix(cli.DaemonHost(), "unix://") {
+		return runnerURLFor(req.ControllerSocket), nil
+	}
+	if err := checkReachable(mode, req.ControllerURL); err != nil {
+		why := "the controller offers no runner socket"
+		if req.ControllerSocket != "" {
+			why = "the Docker Engine at " + cli.DaemonHost() + " is not on this machine, so the controller's runner socket cannot be mounted"
+		}
+		return "", provider.Errorf(provider.CodeInvalidArgument, "network %s: %s, and %v", mode, why, err)
+	}
+	return req.ControllerURL, nil
+}
+
+// containerConfig: the container starts as its root, which is the runner's; the runner starts
+// the agent's commands as the user option's uid:gid (TETHER_ISOLATION=uid).
+func containerConfig(req provider.CreateRequest, opts map[string]string, runnerURL string) *container.Config {
+	uid, gid := parseUser(opts["user"])
 	env := []string{
 		provider.EnvWorkspaceRoot + "=" + workspaceDir,
 		provider.EnvAllocationID + "=" + req.AllocationID,
 		provider.EnvWorkspaceID + "=" + req.WorkspaceID,
+		provider.EnvIsolation + "=" + provider.IsolationUID,
+		provider.EnvAgentUID + "=" + strconv.Itoa(uid),
+		provider.EnvAgentGID + "=" + strconv.Itoa(gid),
 	}
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -119,10 +199,14 @@ func containerConfig(req provider.CreateRequest, opts map[string]string) *contai
 	labels[provider.LabelAllocation] = req.AllocationID
 	labels[labelOwn] = Name
 	labels[labelURL] = req.ControllerURL
+	labels[labelNetworkMode] = opts["network"]
+	if strings.HasPrefix(runnerURL, "unix://") {
+		labels[labelRunnerURL] = runnerURL
+	}
 	timeout, _ := strconv.Atoi(opts["stop_timeout"])
 	return &container.Config{
 		Image:       opts["image"],
-		User:        opts["user"],
+		User:        runnerUser,
 		WorkingDir:  workspaceDir,
 		Entrypoint:  []string{"/bin/sh", "-c", bootScript},
 		Env:         env,
@@ -132,12 +216,13 @@ func containerConfig(req provider.CreateRequest, opts map[string]string) *contai
 	}
 }
 
-func hostConfig(opts map[string]string, lim limits) *container.HostConfig {
+func hostConfig(opts map[string]string, lim limits, network, controllerSocket, runnerURL string) *container.HostConfig {
 	init := true
 	hc := &container.HostConfig{
-		NetworkMode:   container.NetworkMode(opts["network"]),
+		NetworkMode:   container.NetworkMode(network),
 		Init:          &init,
 		CapDrop:       []string{"ALL"},
+		CapAdd:        runnerCaps,
 		SecurityOpt:   []string{"no-new-privileges:true"},
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
@@ -145,6 +230,9 @@ func hostConfig(opts map[string]string, lim limits) *container.HostConfig {
 	hc.Memory = lim.memory
 	if lim.pids > 0 {
 		hc.PidsLimit = &lim.pids
+	}
+	if strings.HasPrefix(runnerURL, "unix://") {
+		hc.Mounts = []mount.Mount{socketMount(controllerSocket)}
 	}
 	return hc
 }

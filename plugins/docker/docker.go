@@ -1,15 +1,20 @@
 // Package docker is the Docker sandbox provider: each allocation is a
 // container, made through the Docker Engine API (the official Go client, not
-// the docker CLI), hardened by default (an init process, every capability
-// dropped, no-new-privileges, pids/memory/cpu limits, an unprivileged user).
+// the docker CLI), isolated by default: a network of its own with no route
+// to the host's loopback (the runner reaches the controller through the
+// controller's runner socket, bind-mounted below a directory only the runner
+// may enter), memory, CPU and pids limits, an init process, no-new-privileges,
+// and every capability dropped but the runner's SETUID, SETGID and KILL. The
+// runner is the container's root; the agent's commands run as an
+// unprivileged uid (the user option) that owns /workspace.
 //
 // Any image with /bin/sh works: the provider copies the static runner into
 // the container at create time, so the image only has to supply the tools
 // the workspace's commands need. Images are never pulled; the default,
 // tether-runner:dev, is built locally (make image).
 //
-// The provider owns only the containers it made: they carry the labels
-// tether.workspace, tether.allocation and tether.provider=docker, and a
+// The provider owns only the containers and networks it made: they carry the
+// labels tether.workspace, tether.allocation and tether.provider=docker, and a
 // container named like one of its allocations without them is refused.
 package docker
 
@@ -46,6 +51,21 @@ const (
 	labelURL = "tether.controller-url"
 )
 
+// runnerUser is the container's user: its root, the runner. Agent commands run as the user
+// option's uid (TETHER_AGENT_UID), never root.
+const runnerUser = "0:0"
+
+// runnerCaps are the runner's only capabilities (every other one is dropped, and
+// no-new-privileges is set): SETUID and SETGID to start the agent's commands as the agent's
+// uid and gid (and to take its own file access down to them with setfsuid), KILL to signal
+// them across uids, and CHOWN for the two things the runner hands to the agent as it starts
+// (the workspace root and its agent socket) — CHOWN, like every filesystem capability, leaves
+// the effective set when the runner's file uid becomes the agent's, right after. No
+// DAC_OVERRIDE or FOWNER: the runner acts on files only as the agent could. The agent's
+// commands get none (a uid change from root clears them, and no-new-privileges keeps setuid
+// binaries from giving any back).
+var runnerCaps = []string{"SETUID", "SETGID", "KILL", "CHOWN"}
+
 // bootScript starts the runner with the controller URL and token from the
 // environment file, then empties that file using nothing but the shell, so
 // an image needs no more than /bin/sh.
@@ -56,13 +76,15 @@ const bootScript = `set -a; . ` + bootEnv + ` || exit 97; set +a; : > ` + bootEn
 var options = provider.Options{
 	{Name: "image", Default: DefaultImage, Pattern: `[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}`,
 		Description: "image to run; any image with /bin/sh (the runner is copied in). Never pulled: build or load it first (make image)"},
-	{Name: "network", Default: "host", Pattern: `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`,
-		Description: "host (the runner reaches a controller on 127.0.0.1), or a Docker network name; the controller URL must then be reachable from it (tether serve --advertise-url)"},
+	{Name: "network", Default: networkPrivate, Pattern: `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`,
+		Description: "private: a network of the workspace's own, made and removed by tether, with no route to the host's loopback (the runner dials the controller's runner socket, mounted in); " +
+			"internal: the same, and nothing leaves it (where dockerd manages iptables); host: the host's network, every host loopback service in reach; " +
+			"or an existing Docker network, from which the controller URL must be reachable (tether serve --advertise-url)"},
 	{Name: "user", Default: "65532:65532", Pattern: `[0-9]{1,10}(:[0-9]{1,10})?`,
-		Description: "numeric uid[:gid] the runner and its commands run as; it owns /workspace"},
-	{Name: "cpus", Pattern: `[0-9]{1,4}(\.[0-9]{1,3})?`, Description: "CPU limit when the allocation asks for none (e.g. 1.5); unset: no limit"},
-	{Name: "memory_mib", Pattern: `[0-9]{1,9}`, Description: "memory limit in MiB when the allocation asks for none; unset: no limit"},
-	{Name: "pids", Default: "4096", Pattern: `[0-9]{1,9}`, Description: "process limit when the allocation asks for none"},
+		Description: "numeric uid[:gid], not root, the agent's commands run as; it owns /workspace (the runner is the container's root, with SETUID, SETGID and KILL only)"},
+	{Name: "cpus", Default: defaultCPUs, Pattern: `[0-9]{1,4}(\.[0-9]{1,3})?`, Description: "CPU limit when the allocation asks for none (e.g. 1.5; the default is cut to the host's CPUs); 0: no limit"},
+	{Name: "memory_mib", Default: "2048", Pattern: `[0-9]{1,9}`, Description: "memory limit in MiB when the allocation asks for none; 0: no limit"},
+	{Name: "pids", Default: "1024", Pattern: `[0-9]{1,9}`, Description: "process limit when the allocation asks for none; 0: no limit"},
 	{Name: "stop_timeout", Default: "10", Pattern: `[0-9]{1,4}`,
 		Description: "seconds the runner gets to stop its commands before the container is killed"},
 	{Name: "docker_host", Pattern: `(unix|tcp)://[^\s]+`, Description: "Engine API address; default DOCKER_HOST or the local socket"},
@@ -78,6 +100,7 @@ type Provider struct {
 	mu    sync.Mutex
 	cfg   map[string]string // resolved options; nil until Configure
 	cli   *client.Client
+	ncpu  int // the Docker host's CPUs, once asked
 	locks provider.Locks
 }
 
@@ -106,11 +129,50 @@ func (p *Provider) ValidateConfig(_ context.Context, cfg provider.Config) error 
 		return err
 	}
 	resolved := options.Resolve(cfg.Options)
-	if resolved["network"] == "none" {
-		return provider.Errorf(provider.CodeInvalidArgument, "network none: the runner must reach the controller")
+	if err := checkOptions(resolved); err != nil {
+		return err
 	}
 	_, err := limitsFrom(resolved, provider.Resources{})
 	return err
+}
+
+// defaultCPUs is the cpus option's default.
+const defaultCPUs = "2"
+
+// checkOptions refuses resolved options no container should run with.
+func checkOptions(opts map[string]string) error {
+	if opts["network"] == "none" {
+		return provider.Errorf(provider.CodeInvalidArgument, "network none: the runner must reach the controller")
+	}
+	if uid, gid := parseUser(opts["user"]); uid == 0 || gid == 0 {
+		return provider.Errorf(provider.CodeInvalidArgument, "user %s: the agent never runs as root (uid or gid 0)", opts["user"])
+	}
+	return nil
+}
+
+// fitCPUs cuts the default CPU limit to the CPUs the Docker host has (the Engine refuses more);
+// a limit that was asked for is left as it is.
+func (p *Provider) fitCPUs(ctx context.Context, cli *client.Client, l limits, r provider.Resources, opts map[string]string) limits {
+	if r.CPUs != 0 || opts["cpus"] != defaultCPUs {
+		return l
+	}
+	p.mu.Lock()
+	n := p.ncpu
+	p.mu.Unlock()
+	if n == 0 {
+		info, err := cli.Info(ctx, client.InfoOptions{})
+		if err != nil || info.Info.NCPU <= 0 {
+			return l
+		}
+		n = info.Info.NCPU
+		p.mu.Lock()
+		p.ncpu = n
+		p.mu.Unlock()
+	}
+	if max := int64(n) * 1e9; l.nanoCPUs > max {
+		l.nanoCPUs = max
+	}
+	return l
 }
 
 // Configure adopts the options and makes the Engine API client. It does

@@ -14,7 +14,7 @@ import (
 )
 
 // owned inspects allocation id's container and checks it is one this
-// provider made for that allocation: CodeNotFound when there is none,
+// provider made for that allocation: CodeNotFound (with the client) when there is none,
 // CodeForeign when the name is taken by a container without our labels.
 func (p *Provider) owned(ctx context.Context, id string) (*client.Client, container.InspectResponse, error) {
 	cli, _, err := p.configured()
@@ -29,7 +29,8 @@ func (p *Provider) owned(ctx context.Context, id string) (*client.Client, contai
 	if err != nil {
 		err = typed("inspect "+name, err)
 		if provider.ErrorCode(err) == provider.CodeNotFound {
-			return nil, container.InspectResponse{}, provider.Errorf(provider.CodeNotFound, "allocation %s has no container", id)
+			// The client comes along: Destroy still removes the allocation's network.
+			return cli, container.InspectResponse{}, provider.Errorf(provider.CodeNotFound, "allocation %s has no container", id)
 		}
 		return nil, container.InspectResponse{}, err
 	}
@@ -91,12 +92,16 @@ func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
 	if c.State.Running || c.State.Restarting || c.State.Paused {
 		return provider.Errorf(provider.CodeConflict, "allocation %s is running", req.AllocationID)
 	}
-	url := req.ControllerURL
+	// A runner on the provider's own network dials the controller's socket, mounted at create,
+	// whatever URL the controller has now.
+	url := c.Config.Labels[labelRunnerURL]
+	if url == "" {
+		url = req.ControllerURL
+	}
 	if url == "" {
 		url = c.Config.Labels[labelURL]
 	}
-	uid, gid := parseUser(c.Config.User)
-	env := tarFile{name: strings.TrimPrefix(bootEnv, "/"), mode: 0o600, uid: uid, gid: gid, data: bootEnvFile(url, req.RunnerToken)}
+	env := tarFile{name: strings.TrimPrefix(bootEnv, "/"), mode: 0o600, data: bootEnvFile(url, req.RunnerToken)}
 	if err := copyIn(ctx, cli, c.ID, []tarFile{env}); err != nil {
 		return err
 	}
@@ -128,23 +133,25 @@ func (p *Provider) Archive(ctx context.Context, allocationID string) error {
 	return provider.Errorf(provider.CodeUnsupported, "the docker provider cannot archive allocations")
 }
 
-// Destroy removes the container (killing it if it runs) and its anonymous
-// volumes. An allocation without a container is not an error.
+// Destroy removes the container (killing it if it runs), its anonymous
+// volumes and the allocation's own network. An allocation without a
+// container is not an error; a network left by a Create or Destroy that was
+// cut short goes too.
 func (p *Provider) Destroy(ctx context.Context, allocationID string) error {
 	unlock := p.lock(allocationID)
 	defer unlock()
 	cli, c, err := p.owned(ctx, allocationID)
 	if provider.ErrorCode(err) == provider.CodeNotFound {
-		return nil
+		return removeOwnedNetworks(ctx, cli, allocationID)
 	}
 	if err != nil {
 		return err
 	}
 	_, err = cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err = typed("remove container "+c.Name, err); provider.ErrorCode(err) == provider.CodeNotFound {
-		return nil
+	if err = typed("remove container "+c.Name, err); err != nil && provider.ErrorCode(err) != provider.CodeNotFound {
+		return err
 	}
-	return err
+	return removeOwnedNetworks(ctx, cli, allocationID)
 }
 
 // Endpoint: on the host network a port is the host's; on another network it

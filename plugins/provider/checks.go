@@ -52,6 +52,7 @@ func CheckRunnerBinary(path string) error {
 // reservedEnv are set by every provider itself; a request's Env may not override them.
 var reservedEnv = map[string]bool{
 	EnvControllerURL: true, EnvRunnerToken: true, EnvAllocationID: true, EnvWorkspaceID: true, EnvWorkspaceRoot: true,
+	EnvIsolation: true, EnvAgentUID: true, EnvAgentGID: true,
 }
 
 // CheckEnv refuses malformed variables and the ones the provider sets itself.
@@ -93,6 +94,9 @@ func (r CreateRequest) Check() error {
 	}
 	if err := CheckRunnerBinary(r.RunnerBinary); err != nil {
 		return err
+	}
+	if s := r.ControllerSocket; s != "" && (!filepath.IsAbs(s) || filepath.Clean(s) != s || strings.ContainsAny(s, "\x00\n")) {
+		return Errorf(CodeInvalidArgument, "controller socket %q must be a clean absolute path", s)
 	}
 	for k, v := range r.Labels {
 		// tether.* labels are how providers recognise what they own.

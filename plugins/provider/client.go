@@ -257,8 +257,9 @@ func (c *grpcClient) Create(ctx context.Context, req CreateRequest) (Allocation,
 			MemoryMib: req.Resources.MemoryMiB,
 			Pids:      req.Resources.Pids,
 		},
-		Labels:  req.Labels,
-		Options: req.Options,
+		Labels:           req.Labels,
+		Options:          req.Options,
+		ControllerSocket: req.ControllerSocket,
 	})
 	if err != nil {
 		return Allocation{}, fromStatus(ctx, "Create", err)

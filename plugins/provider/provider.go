@@ -48,6 +48,14 @@ type CreateRequest struct {
 	// Options override the configured options for this allocation; the keys
 	// are those of the config schema.
 	Options map[string]string
+	// ControllerSocket is the host path of a unix socket on which the
+	// controller serves the runner endpoint (/v1/runners/connect) and
+	// nothing else; empty when it has none. A provider whose sandbox cannot
+	// reach ControllerURL (a private network) may give the runner this
+	// socket instead, for example by bind-mounting its directory, and set
+	// TETHER_CONTROLLER_URL=unix://<its path in the sandbox>. Only the
+	// runner may reach it: the agent must not.
+	ControllerSocket string
 }
 
 // StartRequest restarts the runner of a stopped allocation.
@@ -206,7 +214,17 @@ const (
 	EnvAllocationID  = "TETHER_ALLOCATION_ID"
 	EnvWorkspaceID   = "TETHER_WORKSPACE_ID"
 	EnvWorkspaceRoot = "TETHER_WORKSPACE_ROOT"
+	// EnvIsolation tells the runner how to keep the agent's processes apart
+	// from itself (IsolationUID: as EnvAgentUID:EnvAgentGID); the same names
+	// as the protocol package's.
+	EnvIsolation = "TETHER_ISOLATION"
+	EnvAgentUID  = "TETHER_AGENT_UID"
+	EnvAgentGID  = "TETHER_AGENT_GID"
 )
+
+// IsolationUID (EnvIsolation): the runner runs agent processes as an
+// unprivileged uid apart from its own.
+const IsolationUID = "uid"
 
 // Labels a provider puts on the sandboxes it owns.
 const (

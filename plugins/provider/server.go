@@ -112,15 +112,16 @@ type grpcServer struct {
 func (s *grpcServer) Create(ctx context.Context, req *providerpb.CreateRequest) (*providerpb.CreateResponse, error) {
 	res := req.GetResources()
 	alloc, err := s.impl.Create(ctx, CreateRequest{
-		WorkspaceID:   req.GetWorkspaceId(),
-		AllocationID:  req.GetAllocationId(),
-		ControllerURL: req.GetControllerUrl(),
-		RunnerToken:   req.GetRunnerToken(),
-		RunnerBinary:  req.GetRunnerBinary(),
-		Env:           req.GetEnv(),
-		Resources:     Resources{CPUs: res.GetCpus(), MemoryMiB: res.GetMemoryMib(), Pids: res.GetPids()},
-		Labels:        req.GetLabels(),
-		Options:       req.GetOptions(),
+		WorkspaceID:      req.GetWorkspaceId(),
+		AllocationID:     req.GetAllocationId(),
+		ControllerURL:    req.GetControllerUrl(),
+		RunnerToken:      req.GetRunnerToken(),
+		RunnerBinary:     req.GetRunnerBinary(),
+		Env:              req.GetEnv(),
+		Resources:        Resources{CPUs: res.GetCpus(), MemoryMiB: res.GetMemoryMib(), Pids: res.GetPids()},
+		Labels:           req.GetLabels(),
+		Options:          req.GetOptions(),
+		ControllerSocket: req.GetControllerSocket(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

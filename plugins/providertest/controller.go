@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +34,9 @@ type Hello struct {
 	MarkerBefore string `json:"marker_before"`
 	RootWritable bool   `json:"root_writable"`
 	Error        string `json:"error,omitempty"`
+	// Via is how the report reached the fake controller, as the fake controller saw it: "tcp"
+	// (the controller URL) or "unix" (the controller socket, CreateRequest.ControllerSocket).
+	Via string `json:"-"`
 }
 
 // Getenv returns the value of key in the runner's reported environment.
@@ -44,12 +49,14 @@ func (h Hello) Getenv(key string) string {
 	return ""
 }
 
-// fakeController collects the fake runners' reports.
+// fakeController collects the fake runners' reports, on a TCP address (url) and on a unix
+// socket (socket), as the real controller listens.
 type fakeController struct {
-	url string
-	mu  sync.Mutex
-	got []Hello
-	ch  chan struct{} // closed and replaced on every report
+	url    string
+	socket string
+	mu     sync.Mutex
+	got    []Hello
+	ch     chan struct{} // closed and replaced on every report
 }
 
 func startFakeController(t *testing.T, listen string) *fakeController {
@@ -62,12 +69,34 @@ func startFakeController(t *testing.T, listen string) *fakeController {
 		t.Fatalf("fake controller: %v", err)
 	}
 	fc := &fakeController{url: "http://" + l.Addr().String(), ch: make(chan struct{})}
+	// Like the controller's runner socket: a directory others may pass through (0711) and a
+	// socket anyone there may connect to (0666). The path is kept short for a socket address.
+	dir, err := os.MkdirTemp("", "pt-ctl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	fc.socket = filepath.Join(dir, "runner.sock")
+	ul, err := net.Listen("unix", fc.socket)
+	if err == nil {
+		err = os.Chmod(dir, 0o711)
+	}
+	if err == nil {
+		err = os.Chmod(fc.socket, 0o666)
+	}
+	if err != nil {
+		t.Fatalf("fake controller socket: %v", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /providertest/report", func(w http.ResponseWriter, r *http.Request) {
 		var h Hello
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&h); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		h.Via = "tcp"
+		if _, ok := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr); ok {
+			h.Via = "unix"
 		}
 		fc.mu.Lock()
 		fc.got = append(fc.got, h)
@@ -78,6 +107,7 @@ func startFakeController(t *testing.T, listen string) *fakeController {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
+	go func() { _ = srv.Serve(ul) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return fc
 }

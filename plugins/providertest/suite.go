@@ -10,9 +10,12 @@
 //	}
 //
 // The suite hands the provider a stand-in runner (./fakerunner) that reports
-// what it was started with to a fake controller on 127.0.0.1, so a
-// provider's sandbox must be able to reach the host's loopback (host
-// networking) for it to pass.
+// what it was started with to a fake controller, which listens on 127.0.0.1
+// (the controller URL) and, like the real controller, on a unix socket
+// (CreateRequest.ControllerSocket). A provider's runner must reach one of
+// them: the host's loopback (host networking), or the socket, which a
+// provider whose sandbox has a network of its own mounts into it and names
+// in TETHER_CONTROLLER_URL as unix://PATH.
 package providertest
 
 import (
@@ -55,6 +58,10 @@ type Env struct {
 	// Check, when set, looks at a freshly created allocation with
 	// provider-specific means (limits, labels, hardening).
 	Check func(t *testing.T, alloc provider.Allocation, hello Hello)
+	// Leftovers, when set, lists what the provider keeps for allocation id
+	// by its own means (containers, networks, directories): the suite wants
+	// nothing after a failed Create or a Destroy.
+	Leftovers func(t *testing.T, id string) []string
 }
 
 // Run runs the contract against the provider open returns. open is called
@@ -132,7 +139,18 @@ func (s *suite) request(id, token string) provider.CreateRequest {
 	return provider.CreateRequest{
 		WorkspaceID: "ws-" + id, AllocationID: id, ControllerURL: s.fc.url, RunnerToken: token,
 		RunnerBinary: s.runner1, Resources: s.env.Resources, Options: s.env.Options,
-		Labels: map[string]string{"providertest": "yes"},
+		Labels: map[string]string{"providertest": "yes"}, ControllerSocket: s.fc.socket,
+	}
+}
+
+// noLeftovers fails the test when the provider still keeps something of id.
+func (s *suite) noLeftovers(t *testing.T, id, after string) {
+	t.Helper()
+	if s.env.Leftovers == nil {
+		return
+	}
+	if left := s.env.Leftovers(t, id); len(left) > 0 {
+		t.Errorf("after %s, the provider still has %v for %s", after, left, id)
 	}
 }
 
@@ -192,6 +210,7 @@ func (s *suite) createBadRequests(t *testing.T) {
 			if err != nil || st.State != provider.StateGone {
 				t.Errorf("after a failed Create (%s), Inspect = %+v, %v; want gone", name, st, err)
 			}
+			s.noLeftovers(t, id, "a failed Create ("+name+")")
 		}
 	}
 }
@@ -222,8 +241,11 @@ func (s *suite) create(t *testing.T) {
 	if h.Workspace != "ws-"+s.id || h.Root != alloc.Root || h.Cwd != alloc.Root {
 		t.Errorf("runner started with workspace %q, root %q, cwd %q; want ws-%s and %s for both", h.Workspace, h.Root, h.Cwd, s.id, alloc.Root)
 	}
-	if got := h.Getenv(provider.EnvControllerURL); got != s.fc.url {
-		t.Errorf("runner controller URL %q, want %q", got, s.fc.url)
+	switch got := h.Getenv(provider.EnvControllerURL); {
+	case got == s.fc.url && h.Via == "tcp":
+	case strings.HasPrefix(got, "unix:///") && h.Via == "unix":
+	default:
+		t.Errorf("runner controller URL %q (reached the fake controller by %s), want %q or the controller socket as unix:///PATH", got, h.Via, s.fc.url)
 	}
 	if h.MarkerBefore != "" || !h.RootWritable {
 		t.Errorf("fresh root: marker %q, writable %v (%s); want an empty, writable root", h.MarkerBefore, h.RootWritable, h.Error)
@@ -338,6 +360,7 @@ func (s *suite) destroy(t *testing.T) {
 	}
 	must(t, "second Destroy", s.p.Destroy(c, s.id))
 	s.notFound(t, s.id)
+	s.noLeftovers(t, s.id, "Destroy")
 
 	// Destroy of a running allocation stops its runner too.
 	id := newID("pt-")
@@ -349,6 +372,7 @@ func (s *suite) destroy(t *testing.T) {
 	if st, err := s.p.Inspect(c, id); err != nil || st.State != provider.StateGone {
 		t.Fatalf("after Destroy of a running allocation, Inspect = %+v, %v", st, err)
 	}
+	s.noLeftovers(t, id, "Destroy of a running allocation")
 }
 
 // notFound checks every operation but Inspect and Destroy refuses id.
@@ -407,6 +431,7 @@ func (s *suite) foreign(t *testing.T) {
 	if !s.env.ForeignExists(t, id) {
 		t.Fatal("the foreign sandbox was removed")
 	}
+	s.noLeftovers(t, id, "a Create over a foreign sandbox")
 }
 
 func must(t *testing.T, what string, err error) {

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WorkspaceReclaimed", testWorkspaceReclaimed},
 		{"ReclaimSnapshot", testReclaimSnapshot},
 		{"RunOutput", testRunOutput},
+		{"AllocationInfo", testAllocationInfo},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

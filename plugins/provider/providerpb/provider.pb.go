@@ -477,9 +477,13 @@ type CreateRequest struct {
 	Resources    *Resources        `protobuf:"bytes,7,opt,name=resources,proto3" json:"resources,omitempty"`
 	Labels       map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Per-allocation provider options; same keys as the config schema.
-	Options       map[string]string `protobuf:"bytes,9,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Options map[string]string `protobuf:"bytes,9,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Host path of a unix socket on which the controller serves only the
+	// runner endpoint (/v1/runners/connect); empty when it has none. Added
+	// within protocol version 1: an older host leaves it empty.
+	ControllerSocket string `protobuf:"bytes,10,opt,name=controller_socket,json=controllerSocket,proto3" json:"controller_socket,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -573,6 +577,13 @@ func (x *CreateRequest) GetOptions() map[string]string {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *CreateRequest) GetControllerSocket() string {
+	if x != nil {
+		return x.ControllerSocket
+	}
+	return ""
 }
 
 type CreateResponse struct {
@@ -1460,7 +1471,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\x81\x05\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xae\x05\n" +
 	"\rCreateRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12#\n" +
 	"\rallocation_id\x18\x02 \x01(\tR\fallocationId\x12%\n" +
@@ -1470,7 +1481,9 @@ const file_provider_proto_rawDesc = "" +
 	"\x03env\x18\x06 \x03(\v2*.tether.provider.v1.CreateRequest.EnvEntryR\x03env\x12;\n" +
 	"\tresources\x18\a \x01(\v2\x1d.tether.provider.v1.ResourcesR\tresources\x12E\n" +
 	"\x06labels\x18\b \x03(\v2-.tether.provider.v1.CreateRequest.LabelsEntryR\x06labels\x12H\n" +
-	"\aoptions\x18\t \x03(\v2..tether.provider.v1.CreateRequest.OptionsEntryR\aoptions\x1a6\n" +
+	"\aoptions\x18\t \x03(\v2..tether.provider.v1.CreateRequest.OptionsEntryR\aoptions\x12+\n" +
+	"\x11controller_socket\x18\n" +
+	" \x01(\tR\x10controllerSocket\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
