@@ -255,3 +255,27 @@ func buildServiceServerTo(t *testing.T, out string) {
 		t.Fatal(err)
 	}
 }
+
+// network=internal: the workspace's own network marked Internal (nothing leaves it where
+// dockerd manages iptables); the runner still connects through the socket, the host's loopback
+// is still out of reach, and the network goes with the workspace.
+func TestDockerInternalNetwork(t *testing.T) {
+	cli := dockerEngine(t)
+	c := startDockerController(t, cli)
+	port, banner := hostLoopbackService(t)
+	ws := c.createOn(t, "docker", "--provider-opt", "network=internal")
+	if info := c.showWorkspace(t, ws.ID).AllocationInfo; info["network"] != "internal" || info["docker_network"] != "tether-"+ws.AllocationID {
+		t.Errorf("allocation info %v", info)
+	}
+	nres, err := cli.NetworkInspect(context.Background(), "tether-"+ws.AllocationID, client.NetworkInspectOptions{})
+	if err != nil || !nres.Network.Internal {
+		t.Fatalf("network: internal %v, %v", nres.Network.Internal, err)
+	}
+	if out := c.reach(t, ws.ID, "127.0.0.1", port); strings.Contains(out, banner) || strings.Contains(out, "exit=0") {
+		t.Errorf("the agent reached the host's loopback:\n%s", out)
+	}
+	c.mustCLI(t, "workspace", "rm", ws.ID)
+	if nets := networksOf(t, cli, ws.AllocationID); len(nets) != 0 {
+		t.Fatalf("networks left after workspace rm: %v", nets)
+	}
+}
