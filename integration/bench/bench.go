@@ -56,7 +56,7 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.idleRSS(ctx); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{b.starts, b.execs, b.throughputs, b.peakRSS, b.files}
+	steps := []func(context.Context) error{b.starts, b.execs, b.isolationCost, b.throughputs, b.peakRSS, b.files}
 	if !b.cfg.noSnap {
 		steps = append(steps, b.snapshots)
 	}
