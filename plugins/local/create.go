@@ -51,7 +51,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if m.Isolation == isolationNamespaces {
 		m.AgentID = agentHostID(req.AllocationID)
 	}
-	alloc, err := createIn(ctx, dir, m, req)
+	alloc, err := createIn(ctx, dir, m, req, p.probes.check)
 	if err != nil {
 		// Nothing was handed out yet; leave no half-made allocation behind.
 		_ = removeTree(dir)
@@ -60,7 +60,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return alloc, nil
 }
 
-func createIn(ctx context.Context, dir string, m marker, req provider.CreateRequest) (provider.Allocation, error) {
+func createIn(ctx context.Context, dir string, m marker, req provider.CreateRequest, probe func(ctx context.Context, dir, runner string, agentID int) error) (provider.Allocation, error) {
 	if err := writeMarker(dir, m); err != nil {
 		return provider.Allocation{}, provider.Errorf(provider.CodeProviderFailed, "%v", err)
 	}
@@ -74,7 +74,7 @@ func createIn(ctx context.Context, dir string, m marker, req provider.CreateRequ
 		if err := provider.CheckRunnerBinary(m.Runner); err != nil {
 			return provider.Allocation{}, err
 		}
-		if err := probeIsolation(ctx, dir, m.Runner, m.AgentID); err != nil {
+		if err := probe(ctx, dir, m.Runner, m.AgentID); err != nil {
 			return provider.Allocation{}, err
 		}
 	}

@@ -3,12 +3,15 @@ package local
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tetherhq/tether/plugins/provider"
@@ -119,4 +122,38 @@ func isolationInfo(m marker) map[string]string {
 		info["agent_uid"] = uid
 	}
 	return info
+}
+
+// probeCache remembers which runner binaries proved they can confine on this host: what the
+// kernel allows does not change between creates, so the probe (a confined run of the runner,
+// tens of milliseconds) is paid once per binary and provider process, not per workspace. A
+// binary replaced on disk (another inode, size or mtime) is probed again; a failure is never
+// remembered.
+type probeCache struct {
+	mu     sync.Mutex
+	proved map[string]bool
+}
+
+func (c *probeCache) check(ctx context.Context, dir, runner string, agentID int) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(runner, &st); err != nil {
+		return provider.Errorf(provider.CodeProviderFailed, "runner binary: %v", err)
+	}
+	key := fmt.Sprintf("%s\x00%d:%d:%d:%d:%v", runner, st.Dev, st.Ino, st.Size, st.Mtim.Nano(), agentID < 0)
+	c.mu.Lock()
+	ok := c.proved[key]
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if err := probeIsolation(ctx, dir, runner, agentID); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.proved == nil {
+		c.proved = map[string]bool{}
+	}
+	c.proved[key] = true
+	c.mu.Unlock()
+	return nil
 }

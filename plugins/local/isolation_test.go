@@ -71,6 +71,9 @@ func TestCreateRefusesWhatCannotBeConfined(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(stateDir, "iso2")); !os.IsNotExist(err) {
 		t.Errorf("a refused create left its directory: %v", err)
 	}
+	// A failed probe is not remembered: the next create probes, and is refused, again.
+	_, err = p.Create(ctx, createReq("iso2b", runner, nil))
+	wantCode(t, err, "provider_failed")
 	// Asked for explicitly, no isolation starts the same runner, and says so.
 	alloc, err := p.Create(ctx, withOptions(createReq("iso3", runner, nil), map[string]string{"isolation": "none"}))
 	if err != nil {

@@ -45,6 +45,7 @@ type Provider struct {
 	stateDir string            // "" until Configure succeeds
 	opts     map[string]string // configured option defaults
 	locks    provider.Locks    // per allocation, serialising Create/Stop/Destroy
+	probes   probeCache        // runner binaries proved able to confine
 }
 
 var _ provider.Provider = (*Provider)(nil)
