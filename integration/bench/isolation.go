@@ -37,7 +37,7 @@ func (b *bench) isolationCost(ctx context.Context) error {
 		return fmt.Errorf("unisolated start: %w", err)
 	}
 	b.rep.add(result{Metric: fmt.Sprintf("start → ready, local, p50 of %d", n), Unit: unitMS, N: n, RefN: n,
-		Tether: val(ms(summarize(isolated).P50)), TetherTool: "isolated (namespaces, the default; includes the provider's probe)",
+		Tether: val(ms(summarize(isolated).P50)), TetherTool: "isolated (namespaces, the default; the provider probes once per runner binary, in the untimed warm-up)",
 		Reference: val(ms(summarize(bare).P50)), ReferenceTool: "the same with `--provider-opt isolation=none`"})
 
 	ws, _, err := b.t.createWorkspaceReq(ctx, api.CreateWorkspaceRequest{Name: "iso-exec-none", Provider: "local", Options: none})

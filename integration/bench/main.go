@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config) error {
 	if b.noDocker != "" {
 		b.rep.note("Docker references are n/a: %s", b.noDocker)
 	}
-	b.rep.note("The local provider's runner is a plain host process and isolates nothing; Docker sets up namespaces and cgroups per container and runs runc per exec. Start and exec rows compare control paths, not equal isolation.")
+	b.rep.note("The local provider's runner is a host process that confines each command in new user, mount, pid, ipc and uts namespaces (no cgroups, the host's network); Docker sets up namespaces and cgroups per container and runs runc per exec. Start and exec rows compare control paths, not equal isolation.")
 	b.rep.note("Go-program rows pair tether's Go client with the Docker Engine API over its unix socket; CLI rows pair the two CLIs, a process per call. `true` and `head` are the host's in the workspace and busybox's in the container.")
 	b.rep.note("All figures come from this one run on this machine; other load on the host adds noise. Nothing here is asserted.")
 	if err := b.all(ctx); err != nil {
