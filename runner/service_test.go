@@ -113,7 +113,9 @@ func TestServiceOps(t *testing.T) {
 	if tr := op(t, sess, protocol.OpServiceStart, 1, protocol.ServiceSpec{Name: "web", Argv: []string{bin}}); tr.OK || tr.Error.Code != protocol.CodeExists {
 		t.Fatalf("duplicate: %+v", tr)
 	}
-	from, data, end := readLogs(t, sess, protocol.ServiceLogsArgs{Name: "web"}, "")
+	// Followed until the readiness probe's line is in: readiness is the probe's answer, which can
+	// come before the runner has copied the line the server printed first from its pipe.
+	from, data, end := readLogs(t, sess, protocol.ServiceLogsArgs{Name: "web", Follow: true}, "request GET /ready")
 	if from != 0 || !strings.Contains(data, "request GET /ready") || end != int64(len(data)) {
 		t.Fatalf("logs: %d %q %d", from, data, end)
 	}
