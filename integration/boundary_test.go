@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/moby/moby/client"
 )
@@ -91,18 +90,7 @@ func TestBoundaryLocal(t *testing.T) {
 	}
 	runnerPID := c.runnerPID(t, ws)
 	controllerPID := c.cmd.Process.Pid
-	// The runner's spent bootstrap token, still in its original environment block.
-	bootstrap := ""
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", runnerPID)); err == nil {
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("TETHER_RUNNER_TOKEN=")); ok {
-				bootstrap = string(v)
-			}
-		}
-	}
-	if bootstrap == "" {
-		t.Fatal("test setup: the runner's bootstrap token is not in its /proc environ")
-	}
+	bootstrap := bootstrapToken(t, runnerPID)
 	victimRoot := filepath.Join(c.allocationDir(victim), "root")
 	home, _ := os.UserHomeDir()
 
@@ -184,24 +172,36 @@ func TestIsolationNoneIsRecorded(t *testing.T) {
 	}
 }
 
-// procState is the state letter of /proc/PID/stat ("" if gone).
+// procState is the state letter of /proc/PID/stat ("" if gone). A stop the agent managed to
+// send would also hang the exec each test runs after its attacks, the check a late-landing
+// SIGSTOP cannot slip past.
 func procState(pid int) string {
-	deadline := time.Now().Add(time.Second)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return ""
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return ""
-		}
-		st := string(b[i+2])
-		if st != "T" || time.Now().After(deadline) {
-			return st
-		}
-		time.Sleep(50 * time.Millisecond)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
 	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
+}
+
+// bootstrapToken reads, from the host, the runner's spent bootstrap token: still in its original
+// environment block, which the agent must never read.
+func bootstrapToken(t *testing.T, runnerPID int) string {
+	t.Helper()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", runnerPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("TETHER_RUNNER_TOKEN=")); ok && len(v) > 0 {
+			return string(v)
+		}
+	}
+	t.Fatal("test setup: the runner's bootstrap token is not in its /proc environ")
+	return ""
 }
 
 // TestBoundaryDocker attacks a Docker workspace with the provider's defaults: the runner is the
@@ -228,17 +228,7 @@ func TestBoundaryDocker(t *testing.T) {
 	if runnerPID == 0 {
 		t.Fatalf("no runner under the container's init %d", res.Container.State.Pid)
 	}
-	bootstrap := ""
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", runnerPID)); err == nil {
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("TETHER_RUNNER_TOKEN=")); ok {
-				bootstrap = string(v)
-			}
-		}
-	}
-	if bootstrap == "" {
-		t.Fatal("test setup: the runner's bootstrap token is not in its /proc environ")
-	}
+	bootstrap := bootstrapToken(t, runnerPID)
 	// The runner's pid inside the container: the process running /tether-runner as uid 0.
 	const findRunner = `for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in /tether-runner*) grep -q '^Uid:[[:space:]]*0[[:space:]]' $p/status && R=${p#/proc/};; esac; done; `
 

@@ -31,12 +31,6 @@ func (r *Runner) Confine(cmd *exec.Cmd, workDir string) (process.Confined, error
 // A runner that was asked to confine and cannot refuses to run: serving unconfined would be
 // a silent downgrade.
 func (r *Runner) isolate(agentSocket string) error {
-	if !r.policy.Active() {
-		return nil
-	}
-	if err := confine.HideRunner(); err != nil {
-		return err
-	}
 	if r.policy.Mode == protocol.IsolationNamespaces {
 		self, err := os.Executable()
 		if err != nil {
@@ -44,7 +38,14 @@ func (r *Runner) isolate(agentSocket string) error {
 		}
 		r.policy.Workspace, r.policy.AgentSocket, r.policy.Self = r.cfg.Root, agentSocket, self
 	}
+	// Checked whatever the mode: a misspelt one is refused, never taken for "none".
 	if err := r.policy.Check(); err != nil {
+		return err
+	}
+	if !r.policy.Active() {
+		return nil
+	}
+	if err := confine.HideRunner(); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {

@@ -78,10 +78,6 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
-	if err := cfg.Confine.Check(); err != nil && cfg.Confine.Mode != protocol.IsolationNamespaces {
-		// Namespace paths are completed in Run; everything else is known now.
-		return nil, err
-	}
 	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root}
 	r.services = service.NewManager(r.resolveDir)
 	r.services.Confiner = r
