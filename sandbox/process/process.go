@@ -47,7 +47,8 @@ type Confined struct {
 	// it handed the child are closed there.
 	Started func()
 	// Exit turns the wrapper's exit into the command's own; an error is a failure of the
-	// confinement itself (the command never ran).
+	// confinement itself (the command never ran). It is called exactly once, also after a
+	// failed start, so it is where the confinement releases what it holds.
 	Exit func(Exit) (Exit, error)
 }
 
@@ -99,6 +100,7 @@ func Start(spec Spec) (*Process, error) {
 	err := cmd.Start()
 	confined.Started()
 	if err != nil {
+		_, _ = confined.Exit(Exit{Code: -1}) // releases what the confinement holds
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), timedOut: make(chan struct{}), canceled: make(chan struct{})}
