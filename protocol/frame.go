@@ -57,17 +57,23 @@ func WriteJSON(w io.Writer, v any) error {
 }
 
 // ReadJSON reads one frame written by WriteJSON into v.
-func ReadJSON(r io.Reader, v any) error {
+func ReadJSON(r io.Reader, v any) error { return ReadJSONLimit(r, v, MaxFrame) }
+
+// ReadJSONLimit is ReadJSON for a frame of at most limit bytes (never more than MaxFrame). The
+// frame's buffer grows as its bytes arrive, never to the size it announces: a peer announcing
+// large frames and sending none of them costs nothing.
+func ReadJSONLimit(r io.Reader, v any, limit int) error {
+	limit = min(limit, MaxFrame)
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return err
 	}
 	size := binary.BigEndian.Uint32(n[:])
-	if size > MaxFrame {
-		return Errorf(CodeInvalidArgument, "frame of %d bytes exceeds %d", size, MaxFrame)
+	if size > uint32(limit) {
+		return Errorf(CodeTooLarge, "frame of %d bytes exceeds %d", size, limit)
 	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
+	b, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	if err != nil || len(b) != int(size) {
 		return fmt.Errorf("read frame: %w", io.ErrUnexpectedEOF)
 	}
 	if err := json.Unmarshal(b, v); err != nil {

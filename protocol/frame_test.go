@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +85,43 @@ func (e *endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// A frame that announces the largest size and then sends almost nothing must not cost the
+// announced size: a hostile runner opening many such streams would otherwise pin that much memory
+// per stream.
+func TestReadJSONAllocatesOnlyWhatArrives(t *testing.T) {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], MaxFrame)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 8 {
+		var v any
+		err := ReadJSON(io.MultiReader(bytes.NewReader(hdr[:]), strings.NewReader(`{"op":"`)), &v)
+		if err == nil {
+			t.Fatal("a cut frame was accepted")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > MaxFrame {
+		t.Fatalf("8 frames announcing %d bytes and sending 7 allocated %d bytes", MaxFrame, got)
+	}
+}
+
+// A frame larger than the caller's limit is refused before its payload is read.
+func TestReadJSONLimit(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, strings.Repeat("x", 100)); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := ReadJSONLimit(bytes.NewReader(buf.Bytes()), &v, 64); CodeOf(err) != CodeTooLarge {
+		t.Fatalf("a 102-byte frame under a 64-byte limit: %v, want too_large", err)
+	}
+	if err := ReadJSONLimit(bytes.NewReader(buf.Bytes()), &v, 200); err != nil || len(v) != 100 {
+		t.Fatalf("a 102-byte frame under a 200-byte limit: %v", err)
+	}
+}
+
 func TestReadJSONRefusesOversizeFrame(t *testing.T) {
 	for _, size := range []uint32{MaxFrame + 1, 1<<32 - 1} {
 		var hdr [4]byte
@@ -94,8 +132,8 @@ func TestReadJSONRefusesOversizeFrame(t *testing.T) {
 		if err == nil {
 			t.Fatalf("frame of %d bytes accepted", size)
 		}
-		if CodeOf(err) != CodeInvalidArgument {
-			t.Fatalf("frame of %d bytes: code %s (%v); want %s", size, CodeOf(err), err, CodeInvalidArgument)
+		if CodeOf(err) != CodeTooLarge {
+			t.Fatalf("frame of %d bytes: code %s (%v); want %s", size, CodeOf(err), err, CodeTooLarge)
 		}
 		if src.n != 0 {
 			t.Fatalf("frame of %d bytes: read %d payload bytes before refusing", size, src.n)

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -60,11 +61,18 @@ func TestOpenSaysWhetherTheRequestMayHaveArrived(t *testing.T) {
 	}
 
 	// A header larger than the stream window (but not than a frame) blocks until the peer reads;
-	// the peer's session dies once the stream reached it, part of the request already sent.
+	// the peer's session dies once part of the request reached it. The peer waits for request
+	// bytes, not merely for the stream: a close right after the stream's opening frame can beat
+	// the opener's own acknowledgement of that frame, and then nothing of the request was sent.
 	c, peer := pair()
-	big := protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", 1<<20)}}
+	big := protocol.ExecArgs{Argv: []string{"echo", strings.Repeat("x", protocol.StreamWindow+protocol.StreamWindow/2)}}
 	go func() {
-		if _, err := peer.AcceptStream(); err == nil {
+		st, err := peer.AcceptStream()
+		if err != nil {
+			return
+		}
+		var length [4]byte
+		if _, err := io.ReadFull(st, length[:]); err == nil {
 			peer.Close()
 		}
 	}()
