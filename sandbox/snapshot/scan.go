@@ -136,24 +136,9 @@ func (s *scanner) entriesFrom(tr *tarstream.Reader, out sink) error {
 
 // check validates one header against what came before it and the limits.
 func (s *scanner) check(h *tar.Header) (Entry, error) {
-	name := h.Name
-	if h.Typeflag == tar.TypeDir {
-		name = strings.TrimSuffix(name, "/")
-	}
-	clean, err := fsguard.Clean(name)
+	name, err := entryName(h)
 	if err != nil {
-		if fsguard.CodeOf(err) == fsguard.CodePathEscape {
-			return Entry{}, newError(CodePathEscape, name, "entry name leaves the archive's tree", err)
-		}
-		return Entry{}, corrupt(name, "invalid entry name", err)
-	}
-	if clean != name || clean == "." {
-		return Entry{}, corrupt(name, "entry name is not in canonical form", nil)
-	}
-	for _, elem := range strings.Split(name, "/") {
-		if reserved(elem) {
-			return Entry{}, corrupt(name, "entry name is reserved for Tether", nil)
-		}
+		return Entry{}, err
 	}
 	if _, dup := s.kinds[name]; dup {
 		return Entry{}, corrupt(name, "duplicate entry", nil)
@@ -167,6 +152,46 @@ func (s *scanner) check(h *tar.Header) (Entry, error) {
 			return Entry{}, corrupt(name, "parent directory "+parent+" is not archived before the entry", nil)
 		}
 	}
+	e, err := headerEntry(h, name)
+	if err != nil {
+		return Entry{}, err
+	}
+	if err := checkLimits(name, len(s.entries)+1, s.bytes+e.Size, s.maxEntries, s.maxBytes); err != nil {
+		return Entry{}, err
+	}
+	s.bytes += e.Size
+	return e, nil
+}
+
+// entryName checks that a header's name is a canonical, relative path
+// holding no name reserved for Tether, and returns it (without a
+// directory's trailing slash).
+func entryName(h *tar.Header) (string, error) {
+	name := h.Name
+	if h.Typeflag == tar.TypeDir {
+		name = strings.TrimSuffix(name, "/")
+	}
+	clean, err := fsguard.Clean(name)
+	if err != nil {
+		if fsguard.CodeOf(err) == fsguard.CodePathEscape {
+			return "", newError(CodePathEscape, name, "entry name leaves the archive's tree", err)
+		}
+		return "", corrupt(name, "invalid entry name", err)
+	}
+	if clean != name || clean == "." {
+		return "", corrupt(name, "entry name is not in canonical form", nil)
+	}
+	for _, elem := range strings.Split(name, "/") {
+		if reserved(elem) {
+			return "", corrupt(name, "entry name is reserved for Tether", nil)
+		}
+	}
+	return name, nil
+}
+
+// headerEntry checks a header's mode and type and describes it as an
+// Entry (without the SHA-256 of a file, which only its content gives).
+func headerEntry(h *tar.Header, name string) (Entry, error) {
 	if h.Mode < 0 || h.Mode&^0o7777 != 0 {
 		return Entry{}, corrupt(name, fmt.Sprintf("invalid mode %o", h.Mode), nil)
 	}
@@ -193,14 +218,19 @@ func (s *scanner) check(h *tar.Header) (Entry, error) {
 	default:
 		return Entry{}, corrupt(name, fmt.Sprintf("unsupported entry type %q", h.Typeflag), nil)
 	}
-	if s.maxEntries > 0 && len(s.entries)+1 > s.maxEntries {
-		return Entry{}, newError(CodeTooLarge, name, fmt.Sprintf("archive holds more than %d entries", s.maxEntries), nil)
-	}
-	if s.maxBytes > 0 && s.bytes+e.Size > s.maxBytes {
-		return Entry{}, newError(CodeTooLarge, name, fmt.Sprintf("archive holds more than %d bytes", s.maxBytes), nil)
-	}
-	s.bytes += e.Size
 	return e, nil
+}
+
+// checkLimits refuses an archive once it holds more than maxEntries
+// entries or maxBytes of file content (no bound when not positive).
+func checkLimits(name string, entries int, bytes int64, maxEntries int, maxBytes int64) error {
+	if maxEntries > 0 && entries > maxEntries {
+		return newError(CodeTooLarge, name, fmt.Sprintf("archive holds more than %d entries", maxEntries), nil)
+	}
+	if maxBytes > 0 && bytes > maxBytes {
+		return newError(CodeTooLarge, name, fmt.Sprintf("archive holds more than %d bytes", maxBytes), nil)
+	}
+	return nil
 }
 
 func (s *scanner) readManifest(h *tar.Header, tr io.Reader) error {
@@ -296,14 +326,20 @@ type hashSink struct {
 func (hashSink) dir(*Entry) error     { return nil }
 func (hashSink) symlink(*Entry) error { return nil }
 func (h hashSink) file(e *Entry, r io.Reader) (string, int64, error) {
+	return hashContent(h.ctx, r, h.buf)
+}
+
+// hashContent reads r to its end through buf and returns the SHA-256 of
+// what it read, stopping early when ctx ends.
+func hashContent(ctx context.Context, r io.Reader, buf []byte) (string, int64, error) {
 	sum := sha256.New()
 	var n int64
 	for {
-		if err := h.ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return "", n, err
 		}
-		m, err := r.Read(h.buf)
-		sum.Write(h.buf[:m])
+		m, err := r.Read(buf)
+		sum.Write(buf[:m])
 		n += int64(m)
 		if err == io.EOF {
 			return hex.EncodeToString(sum.Sum(nil)), n, nil

@@ -105,13 +105,13 @@ const BlockSize = 512
 // entry boundary. Global PAX headers are skipped.
 type Reader struct {
 	tr       *tar.Reader
-	counted  *countingReader
+	counted  *CountingReader
 	entryEnd int64 // stream offset where the last entry's data ends
 }
 
 // NewReader reads a tar stream (already decompressed) from r.
 func NewReader(r io.Reader) *Reader {
-	c := &countingReader{r: r}
+	c := &CountingReader{R: r}
 	return &Reader{tr: tar.NewReader(c), counted: c}
 }
 
@@ -121,7 +121,7 @@ func (r *Reader) Next() (*tar.Header, error) {
 	for {
 		h, err := r.tr.Next()
 		if err == io.EOF {
-			if r.counted.n < r.entryEnd+2*BlockSize {
+			if r.counted.N < r.entryEnd+2*BlockSize {
 				return nil, fmt.Errorf("read archive: no end-of-archive marker: %w", io.ErrUnexpectedEOF)
 			}
 			return nil, io.EOF
@@ -129,7 +129,7 @@ func (r *Reader) Next() (*tar.Header, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read archive: %w", err)
 		}
-		r.entryEnd = r.counted.n + PaddedSize(h)
+		r.entryEnd = r.counted.N + PaddedSize(h)
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
@@ -150,14 +150,15 @@ func PaddedSize(h *tar.Header) int64 {
 	return (h.Size + BlockSize - 1) / BlockSize * BlockSize
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
+// CountingReader counts the bytes read through it.
+type CountingReader struct {
+	R io.Reader
+	N int64
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
+func (c *CountingReader) Read(p []byte) (int, error) {
+	n, err := c.R.Read(p)
+	c.N += int64(n)
 	return n, err
 }
 
