@@ -147,23 +147,26 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presen
 	var hello protocol.Hello
 	timer := time.AfterFunc(helloTimeout, func() { sess.Close() })
 	defer timer.Stop()
-	st, err := sess.AcceptStream()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Runners.HeaderWait)
+	defer cancel()
+	st, err := sess.AcceptStreamWithContext(ctx)
 	if err != nil {
 		return hello, 0, err
 	}
 	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(s.cfg.Runners.HeaderWait))
 	refuse := func(err *protocol.Error) (protocol.Hello, int, error) {
 		_ = protocol.WriteJSON(st, protocol.Trailer{Error: err})
 		return hello, 0, err
 	}
 	var h protocol.Header
-	if err := protocol.ReadJSON(st, &h); err != nil {
+	if err := protocol.ReadJSONLimit(st, &h, s.cfg.Runners.MaxHeader); err != nil {
 		return hello, 0, err
 	}
 	if h.Op != "hello" {
 		return refuse(protocol.Errorf(protocol.CodeInvalidArgument, "first operation must be hello, got %q", h.Op))
 	}
-	if err := protocol.ReadJSON(st, &hello); err != nil {
+	if err := protocol.ReadJSONLimit(st, &hello, maxHello); err != nil {
 		return hello, 0, err
 	}
 	if hello.AllocationID != alloc.ID {
@@ -191,7 +194,7 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presen
 		return hello, 0, err
 	}
 	var ack protocol.WelcomeAck
-	switch err := protocol.ReadJSON(st, &ack); {
+	switch err := protocol.ReadJSONLimit(st, &ack, s.cfg.Runners.MaxHeader); {
 	case err != nil:
 		// A runner that sends no ack keeps its previous token working until it presents the new
 		// one; nothing else is lost.
@@ -204,30 +207,6 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presen
 		}
 	}
 	return hello, version, nil
-}
-
-// serveRunnerOps answers the operations a runner opens: reports of runs that finished detached,
-// artifact fetches (which stream a body) and artifact install reports.
-func (s *Server) serveRunnerOps(c *hub.Conn) {
-	for {
-		st, err := c.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer st.Close()
-			_ = st.SetDeadline(time.Now().Add(30 * time.Second))
-			var h protocol.Header
-			if err := protocol.ReadJSON(st, &h); err != nil {
-				return
-			}
-			if h.Op == protocol.OpArtifactFetch {
-				s.serveArtifactFetch(c, st, h)
-				return
-			}
-			_ = protocol.WriteJSON(st, s.runnerOp(c, h))
-		}()
-	}
 }
 
 func (s *Server) runnerOp(c *hub.Conn, h protocol.Header) protocol.Trailer {

@@ -60,6 +60,9 @@ type Config struct {
 	Now     func() time.Time
 	Logger  *slog.Logger
 	Version string
+	// Runners bounds what one runner connection may make the controller hold (zero fields take
+	// defaults).
+	Runners RunnerLimits
 }
 
 // Server is a running controller.
@@ -103,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Runners = cfg.Runners.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

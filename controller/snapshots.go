@@ -72,15 +72,26 @@ func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Sn
 	defer st.Close()
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
-	reply, err := readTrailer(st)
-	if err != nil {
-		return snap, err
+	lim := s.cfg.Runners
+	fromRunner := idleReader{st: st, idle: lim.Idle}
+	var reply protocol.Trailer
+	if err := protocol.ReadJSON(fromRunner, &reply); err != nil {
+		return snap, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err)
 	}
 	if err := reply.Err(); err != nil {
 		return snap, err
 	}
-	info, err := s.blobs.Put(ctx, snap.ObjectKey, protocol.NewBodyReader(st), "")
+	body := &capReader{r: protocol.NewBodyReader(fromRunner), max: lim.MaxSnapshotBytes,
+		what: fmt.Sprintf("the capture of workspace %s", ws.ID)}
+	check := s.startCaptureCheck(ctx, snap.Encrypted)
+	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
+	verified, verr := check.result()
 	if err != nil {
+		// The check's reason, when it stopped the store, is the one that explains.
+		if verr != nil && protocol.CodeOf(verr) != protocol.CodeFailed {
+			err = verr
+		}
+		s.strikeCapture(c, err)
 		return snap, fmt.Errorf("store snapshot: %w", err)
 	}
 	// From here the object exists; every failure removes it again before answering.
@@ -88,14 +99,22 @@ func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Sn
 		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
 			s.log.Error("remove unreceipted snapshot object", "key", snap.ObjectKey, "err", derr)
 		}
+		s.strikeCapture(c, err)
 		return api.Snapshot{}, err
+	}
+	if verr != nil {
+		return discard(verr)
 	}
 	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
 	final, err := readTrailer(st)
 	if err != nil {
 		return discard(err)
 	}
-	if err := decodeResult(final, &snap.Summary); err != nil {
+	var claimed protocol.SnapshotSummary
+	if err := decodeResult(final, &claimed); err != nil {
+		return discard(err)
+	}
+	if snap.Summary, err = matchCapture(snap, verified, claimed); err != nil {
 		return discard(err)
 	}
 	// A receipt records the tree of one writer epoch; if a new writer took over meanwhile, what

@@ -142,6 +142,9 @@ func (b *BodyReader) Read(p []byte) (int, error) {
 	}
 	for b.left == 0 {
 		if _, err := io.ReadFull(b.r, b.hdr[:]); err != nil {
+			if CodeOf(err) != CodeInternal {
+				return 0, err // the reader's own typed reason (a timeout, a limit)
+			}
 			return 0, Errorf(CodeFailed, "body cut off after %d bytes", b.n)
 		}
 		size := binary.BigEndian.Uint32(b.hdr[:])

@@ -33,5 +33,14 @@ func MuxConfig() *yamux.Config {
 // open streams afterwards.
 func MuxClient(conn net.Conn) (*yamux.Session, error) { return yamux.Client(conn, MuxConfig()) }
 
+// ServerAcceptBacklog bounds the streams a runner may open that the controller has not accepted
+// yet; yamux resets the ones beyond it. Each holds at most yamux's initial 256 KiB window until it
+// is accepted, so the backlog costs at most 16 MiB per runner.
+const ServerAcceptBacklog = 64
+
 // MuxServer is the controller's end of a runner connection.
-func MuxServer(conn net.Conn) (*yamux.Session, error) { return yamux.Server(conn, MuxConfig()) }
+func MuxServer(conn net.Conn) (*yamux.Session, error) {
+	c := MuxConfig()
+	c.AcceptBacklog = ServerAcceptBacklog
+	return yamux.Server(conn, c)
+}

@@ -19,6 +19,7 @@ type serveFlags struct {
 	readyTimeout, sweepGrace, gcInterval, gcGrace     time.Duration
 	maxFileSize                                       int64
 	providerConfig                                    []string
+	runners                                           controller.RunnerLimits
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -60,6 +61,12 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
+	cmd.Flags().IntVar(&f.runners.MaxStreams, "runner-max-streams", controller.DefaultRunnerMaxStreams, "operation streams one runner may have open towards the controller at once")
+	cmd.Flags().DurationVar(&f.runners.Idle, "runner-idle-timeout", controller.DefaultRunnerIdle, "how long a capture may go without a byte from its runner")
+	cmd.Flags().Int64Var(&f.runners.MaxSnapshotBytes, "max-snapshot-bytes", controller.DefaultMaxSnapshotBytes, "largest snapshot object one capture may store, in bytes")
+	cmd.Flags().IntVar(&f.runners.MaxManifestEntries, "max-manifest-entries", controller.DefaultMaxManifestEntries, "most entries one snapshot may hold")
+	cmd.Flags().Int64Var(&f.runners.MaxManifestBytes, "max-manifest-bytes", controller.DefaultMaxManifestBytes, "largest snapshot manifest, in bytes")
+	cmd.Flags().IntVar(&f.runners.MaxStrikes, "runner-max-strikes", controller.DefaultRunnerMaxStrikes, "budget violations after which a runner is disconnected")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd
 }
@@ -82,7 +89,7 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
-		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace,
+		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, Runners: f.runners,
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -20,7 +21,11 @@ type Conn struct {
 	Protocol     int
 	ConnectedAt  time.Time
 	sess         *yamux.Session
+	strikes      atomic.Int32
 }
+
+// Strike counts one budget violation of the runner and returns the connection's count so far.
+func (c *Conn) Strike() int { return int(c.strikes.Add(1)) }
 
 // Done is closed when the connection ends.
 func (c *Conn) Done() <-chan struct{} { return c.sess.CloseChan() }

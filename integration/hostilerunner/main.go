@@ -1,0 +1,373 @@
+// Command hostilerunner is a test-only stand-in for tether-runner that attacks the controller
+// with a real session: it connects with the bootstrap token its provider gave it, says a proper
+// hello, and then does what its plan says (flood streams, announce huge frames, send junk or
+// lying captures). With no plan it execs the real runner, so one controller can serve hostile
+// and honest workspaces side by side.
+//
+// The plan is read at start from the file named at build time (-X main.planFile=PATH): one
+// word, the attack for the next runner that starts. What the runner saw is appended as JSON lines
+// to PATH.report.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
+	"github.com/klauspost/compress/zstd"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/snapshot"
+)
+
+// Set at build time.
+var (
+	planFile   string
+	realRunner string
+)
+
+func main() {
+	plan, _ := os.ReadFile(planFile)
+	mode := strings.TrimSpace(string(plan))
+	if mode == "" || mode == "real" || len(os.Args) > 1 {
+		// Probes and confinement inits carry arguments; they, and honest workspaces, get the
+		// real runner.
+		err := syscall.Exec(realRunner, append([]string{realRunner}, os.Args[1:]...), os.Environ())
+		fmt.Fprintln(os.Stderr, "hostilerunner: exec real runner:", err)
+		os.Exit(1)
+	}
+	_ = os.Remove(planFile) // the plan is for one runner
+	h := &hostile{mode: mode, token: os.Getenv(protocol.EnvRunnerToken)}
+	os.Unsetenv(protocol.EnvRunnerToken)
+	err := h.run()
+	h.report(map[string]any{"mode": mode, "fatal": err.Error()})
+	os.Exit(1)
+}
+
+type hostile struct {
+	mode  string
+	token string
+	epoch uint64
+	mu    sync.Mutex
+
+	floodOnce sync.Once
+}
+
+func (h *hostile) report(v map[string]any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, _ := json.Marshal(v)
+	f, err := os.OpenFile(planFile+".report", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
+}
+
+// run connects and serves (and attacks) until the controller drops the connection, then
+// reconnects with the session token it was given, as a real runner would. It returns only when
+// it can no longer connect.
+func (h *hostile) run() error {
+	for attempt := 0; ; attempt++ {
+		sess, err := h.connect()
+		if err != nil {
+			if attempt > 50 {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		h.report(map[string]any{"mode": h.mode, "event": "connected", "attempt": attempt})
+		h.serve(sess)
+		h.report(map[string]any{"mode": h.mode, "event": "disconnected", "attempt": attempt})
+	}
+}
+
+func (h *hostile) connect() (*yamux.Session, error) {
+	base := os.Getenv(protocol.EnvControllerURL)
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	d := &websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	target := ""
+	switch u.Scheme {
+	case "unix":
+		sock := u.Path
+		d.NetDialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "unix", sock)
+		}
+		target = "ws://controller" + protocol.ConnectPath
+	default:
+		u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
+		u.Path = strings.TrimSuffix(u.Path, "/") + protocol.ConnectPath
+		target = u.String()
+	}
+	ws, _, err := d.Dial(target, http.Header{"Authorization": {"Bearer " + h.token}})
+	if err != nil {
+		return nil, err
+	}
+	sess, err := protocol.MuxClient(protocol.NewWSConn(ws))
+	if err != nil {
+		return nil, err
+	}
+	st, err := sess.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	hello := protocol.Hello{ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax, RunnerVersion: "hostile",
+		AllocationID: os.Getenv(protocol.EnvAllocationID), Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(),
+		Root: os.Getenv(protocol.EnvWorkspaceRoot)}
+	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
+		return nil, err
+	}
+	if err := protocol.WriteJSON(st, hello); err != nil {
+		return nil, err
+	}
+	var tr protocol.Trailer
+	if err := protocol.ReadJSON(st, &tr); err != nil {
+		return nil, err
+	}
+	if err := tr.Err(); err != nil {
+		return nil, err
+	}
+	var welcome protocol.Welcome
+	if err := json.Unmarshal(tr.Result, &welcome); err != nil {
+		return nil, err
+	}
+	h.token, h.epoch = welcome.SessionToken, welcome.Epoch
+	sum := sha256.Sum256([]byte(welcome.SessionToken))
+	if err := protocol.WriteJSON(st, protocol.WelcomeAck{SessionTokenSHA256: hex.EncodeToString(sum[:])}); err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// flood opens many streams at once. "flood": each announces a frame of the largest size and
+// sends all but its last byte. "flood-after-header": each sends a small valid request, then
+// keeps sending junk and never closes.
+func (h *hostile) flood(sess *yamux.Session) {
+	const streams = 150
+	var answered, refused, reset atomic.Int64
+	var wg sync.WaitGroup
+	junk := make([]byte, protocol.MaxFrame-1)
+	for range streams {
+		st, err := sess.OpenStream()
+		if err != nil {
+			reset.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The answer may come while we still write: read it on the side.
+			got := make(chan protocol.Trailer, 1)
+			go func() {
+				var tr protocol.Trailer
+				if protocol.ReadJSON(st, &tr) == nil {
+					got <- tr
+				}
+				close(got)
+			}()
+			if h.mode == "flood" {
+				var n [4]byte
+				binary.BigEndian.PutUint32(n[:], protocol.MaxFrame)
+				_, _ = st.Write(n[:])
+			} else {
+				raw, _ := json.Marshal(protocol.RunStatus{RunID: "run_nobody", Finished: true})
+				_ = protocol.WriteJSON(st, protocol.Header{Op: protocol.OpRunExited, Args: raw})
+			}
+			_ = st.SetWriteDeadline(time.Now().Add(20 * time.Second))
+			_, _ = st.Write(junk)
+			tr, ok := <-got
+			switch {
+			case ok:
+				answered.Add(1)
+				if tr.Error != nil {
+					refused.Add(1)
+				}
+			default:
+				reset.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	h.report(map[string]any{"mode": h.mode, "event": "flooded", "streams": streams,
+		"answered": answered.Load(), "refused": refused.Load(), "reset": reset.Load()})
+}
+
+func (h *hostile) serve(sess *yamux.Session) {
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go h.handle(st)
+	}
+}
+
+func (h *hostile) handle(st *yamux.Stream) {
+	defer st.Close()
+	var hdr protocol.Header
+	if err := protocol.ReadJSON(st, &hdr); err != nil {
+		return
+	}
+	switch hdr.Op {
+	case protocol.OpFsStat:
+		// The controller's probe at connect: once it is answered the workspace is ready, and a
+		// flood starts (on the first connection only; the runner then just reconnects).
+		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(`{"path":".","name":".","type":"dir","mode":493}`)})
+		if h.mode == "flood" || h.mode == "flood-after-header" {
+			h.floodOnce.Do(func() { go h.flood(st.Session()) })
+		}
+	case protocol.OpSetEpoch:
+		h.epoch = max(h.epoch, hdr.Epoch)
+		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true})
+	case protocol.OpSnapshotCapture:
+		var args protocol.SnapshotCaptureArgs
+		_ = json.Unmarshal(hdr.Args, &args)
+		h.capture(st, args)
+	default:
+		_ = protocol.WriteJSON(st, protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "hostile runner: %s", hdr.Op)})
+	}
+}
+
+// capture answers a capture with what the plan says.
+func (h *hostile) capture(st *yamux.Stream, args protocol.SnapshotCaptureArgs) {
+	_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(`{}`)})
+	body := protocol.NewBodyWriter(st)
+	files := map[string][]byte{"a.txt": []byte("hello\n"), "z.txt": []byte("world\n")}
+	m := manifestFor(args, files)
+	var archive []byte
+	switch h.mode {
+	case "silent-capture":
+		// Says the body follows, then sends nothing.
+		<-make(chan struct{})
+	case "junk-capture":
+		junk := make([]byte, 32<<20)
+		_, _ = rand.Read(junk)
+		archive = junk
+	case "oversize-capture":
+		// A well-formed archive that never ends: incompressible files, one after another, until
+		// the controller stops taking them.
+		enc, _ := zstd.NewWriter(body)
+		tw := tar.NewWriter(enc)
+		data := make([]byte, 1<<20)
+		for i := 0; ; i++ {
+			_, _ = rand.Read(data)
+			if tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%08d", i), Typeflag: tar.TypeReg, Mode: 0o644,
+				Size: int64(len(data)), ModTime: m.CreatedAt, Format: tar.FormatPAX}) != nil {
+				return
+			}
+			if _, err := tw.Write(data); err != nil {
+				return
+			}
+			if enc.Flush() != nil {
+				return
+			}
+		}
+	case "lying-manifest":
+		// The manifest claims other content for a.txt than the archive holds.
+		sum := sha256.Sum256([]byte("something else\n"))
+		m.Entries[0].SHA256 = hex.EncodeToString(sum[:])
+		archive = buildArchive(files, m)
+	case "foreign-manifest":
+		m.WorkspaceID = "ws_someoneelse"
+		archive = buildArchive(files, m)
+	case "huge-manifest":
+		// More entries than the controller allows, all of them real.
+		big := map[string][]byte{}
+		for i := range 5000 {
+			big[fmt.Sprintf("f%05d", i)] = nil
+		}
+		archive = buildArchive(big, manifestFor(args, big))
+	case "lying-summary":
+		archive = buildArchive(files, m)
+	default:
+		archive = buildArchive(files, m)
+	}
+	if _, err := body.Write(archive); err != nil {
+		return
+	}
+	if _, err := body.Finish(); err != nil {
+		return
+	}
+	sum := summaryOf(m)
+	if h.mode == "lying-summary" {
+		sum.Entries, sum.Bytes = 1_000_000, 1<<40
+	}
+	raw, _ := json.Marshal(sum)
+	_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: raw})
+	h.report(map[string]any{"mode": h.mode, "event": "captured", "archive_bytes": len(archive)})
+}
+
+func manifestFor(args protocol.SnapshotCaptureArgs, files map[string][]byte) *snapshot.Manifest {
+	m := &snapshot.Manifest{Version: snapshot.FormatVersion, WorkspaceID: args.WorkspaceID, Epoch: args.Epoch,
+		Parent: args.Parent, ToolVersion: "hostile", CreatedAt: time.Unix(1700000000, 0).UTC(), Entries: []snapshot.Entry{}, Skipped: []snapshot.Skipped{}}
+	for _, name := range sortedNames(files) {
+		sum := sha256.Sum256(files[name])
+		m.Entries = append(m.Entries, snapshot.Entry{Path: name, Type: snapshot.TypeFile, Mode: 0o644,
+			Size: int64(len(files[name])), SHA256: hex.EncodeToString(sum[:]), MTime: m.CreatedAt})
+		m.Totals.Entries++
+		m.Totals.Files++
+		m.Totals.Bytes += int64(len(files[name]))
+	}
+	return m
+}
+
+// buildArchive writes files and the manifest as Capture would: PAX tar in order, zstd.
+func buildArchive(files map[string][]byte, m *snapshot.Manifest) []byte {
+	var buf bytes.Buffer
+	enc, _ := zstd.NewWriter(&buf)
+	tw := tar.NewWriter(enc)
+	for _, name := range sortedNames(files) {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[name])),
+			ModTime: m.CreatedAt, Format: tar.FormatPAX})
+		_, _ = tw.Write(files[name])
+	}
+	js, _ := json.Marshal(m)
+	_ = tw.WriteHeader(&tar.Header{Name: snapshot.ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(js)),
+		ModTime: m.CreatedAt, Format: tar.FormatPAX})
+	_, _ = tw.Write(js)
+	_ = tw.Close()
+	_ = enc.Close()
+	return buf.Bytes()
+}
+
+func summaryOf(m *snapshot.Manifest) protocol.SnapshotSummary {
+	raw, _ := json.Marshal(m)
+	entries, _ := json.Marshal(m.Entries)
+	ms, ts := sha256.Sum256(raw), sha256.Sum256(entries)
+	return protocol.SnapshotSummary{Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs,
+		Symlinks: m.Totals.Symlinks, Bytes: m.Totals.Bytes, Parent: m.Parent, Tool: m.ToolVersion,
+		Manifest: hex.EncodeToString(ms[:]), Tree: hex.EncodeToString(ts[:])}
+}
+
+func sortedNames(files map[string][]byte) []string {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
