@@ -46,8 +46,9 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 	return s.captureWorkspace(ctx, ws)
 }
 
-// captureWorkspace captures ws from its connected runner (ready, or closing).
-func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
+// captureOnce is one capture attempt of ws from its connected runner (ready, or closing); see
+// captureWorkspace.
+func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
 	c, ok := s.hub.Get(ws.AllocationID)
 	if !ok {
 		return api.Snapshot{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)

@@ -139,5 +139,17 @@ func (r *Runner) treeDigest(ctx context.Context, h protocol.Header) (protocol.Sn
 	if err := decodeArgs(h, &args); err != nil {
 		return protocol.SnapshotSummary{}, err
 	}
-	return r.capture(ctx, io.Discard, nil, args)
+	// Nothing leaves the runner here, so a walk that saw the tree change is simply walked again,
+	// as the controller does for a capture.
+	var err error
+	for range digestAttempts {
+		var sum protocol.SnapshotSummary
+		if sum, err = r.capture(ctx, io.Discard, nil, args); protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
+			return sum, err
+		}
+	}
+	return protocol.SnapshotSummary{}, err
 }
+
+// digestAttempts bounds the walks of one tree_digest whose tree keeps changing.
+const digestAttempts = 3

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,7 +13,9 @@ import (
 	"syscall"
 
 	"github.com/go-git/go-billy/v5"
+	git "github.com/go-git/go-git/v5"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/gitlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,6 +42,9 @@ type guardFS struct {
 	// elsewhere), and a file rewritten is replaced by a new one, never written through, so a hard
 	// link planted at its name keeps its content.
 	worktree bool
+	// gitDir: this is a repository's .git; go-git reads its files whole, so they are read
+	// within gitlimit's caps.
+	gitDir bool
 }
 
 // newGuardFS opens dir, an absolute path, as a worktree filesystem; Close releases it.
@@ -116,7 +122,23 @@ func (g *guardFS) Open(name string) (billy.File, error) {
 	if err != nil {
 		return nil, pathErr("open", name, err)
 	}
-	return &guardFile{File: f, name: name}, nil
+	return g.file(f, name)
+}
+
+// file wraps an open file, within its cap when it is a git directory's.
+func (g *guardFS) file(f *os.File, name string) (*guardFile, error) {
+	out := &guardFile{File: f, name: name}
+	if g.gitDir {
+		fi, err := f.Stat()
+		if err == nil {
+			out.lim, err = gitlimit.Limit(f, name, fi.Size())
+		}
+		if err != nil {
+			f.Close()
+			return nil, pathErr("open", name, err)
+		}
+	}
+	return out, nil
 }
 
 // OpenFile opens name with flag, creating missing parent directories when flag has O_CREATE,
@@ -167,7 +189,7 @@ func (g *guardFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File,
 	if err != nil {
 		return nil, pathErr("open", name, err)
 	}
-	return &guardFile{File: f, name: name}, nil
+	return g.file(f, name)
 }
 
 // inParent resolves name's parent directory beneath the root (creating it first when mkdir is
@@ -312,7 +334,7 @@ func (g *guardFS) sub(rel string) (*guardFS, error) {
 	if err != nil {
 		return nil, pathErr("open", rel, err)
 	}
-	return &guardFS{root: r, dir: filepath.Join(g.dir, rel)}, nil
+	return &guardFS{root: r, dir: filepath.Join(g.dir, rel), gitDir: rel == git.GitDirName}, nil
 }
 
 func (g *guardFS) Chroot(string) (billy.Filesystem, error) { return nil, billy.ErrNotSupported }
@@ -330,6 +352,29 @@ func (g *guardFS) Capabilities() billy.Capability {
 type guardFile struct {
 	*os.File
 	name string
+	lim  *gitlimit.Reader // nil: no cap (a worktree file, or an object)
+}
+
+func (f *guardFile) Read(p []byte) (int, error) {
+	if f.lim != nil {
+		return f.lim.Read(p)
+	}
+	return f.File.Read(p)
+}
+
+func (f *guardFile) ReadAt(p []byte, off int64) (int, error) {
+	if f.lim != nil {
+		return f.lim.ReadAt(p, off)
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// WriteTo shadows os.File's, through which io.Copy and bufio would read past the cap.
+func (f *guardFile) WriteTo(w io.Writer) (int64, error) {
+	if f.lim != nil {
+		return io.Copy(w, struct{ io.Reader }{f.lim})
+	}
+	return f.File.WriteTo(w)
 }
 
 func (f *guardFile) Name() string  { return f.name }

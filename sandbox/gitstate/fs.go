@@ -2,6 +2,7 @@ package gitstate
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/gitlimit"
 )
 
 // errReadOnly is what every mutating call of the filesystems below
@@ -23,10 +25,18 @@ var errReadOnly = errors.New("gitstate: read-only filesystem")
 type guardFS struct {
 	root *fsguard.Root
 	base string // workspace-relative, cleaned
+	// gitDir is the workspace-relative git directory when this filesystem is it (or below it):
+	// its files are read within gitlimit's caps.
+	gitDir string
 }
 
 func newGuardFS(root *fsguard.Root, base string) *guardFS {
 	return &guardFS{root: root, base: base}
+}
+
+// newGitDirFS is newGuardFS for a git directory.
+func newGitDirFS(root *fsguard.Root, gitDir string) *guardFS {
+	return &guardFS{root: root, base: gitDir, gitDir: gitDir}
 }
 
 // rel maps a billy path (relative, possibly "" or with a leading slash)
@@ -64,7 +74,18 @@ func (g *guardFS) Open(name string) (billy.File, error) {
 	if err != nil {
 		return nil, pathErr("open", name, err)
 	}
-	return &roFile{File: f, name: name}, nil
+	out := &roFile{File: f, name: name}
+	if inGit, ok := strings.CutPrefix(rel, g.gitDir+"/"); g.gitDir != "" && ok {
+		fi, err := f.Stat()
+		if err == nil {
+			out.lim, err = gitlimit.Limit(f, inGit, fi.Size())
+		}
+		if err != nil {
+			f.Close()
+			return nil, pathErr("open", name, err)
+		}
+	}
+	return out, nil
 }
 
 func (g *guardFS) OpenFile(name string, flag int, _ os.FileMode) (billy.File, error) {
@@ -124,7 +145,7 @@ func (g *guardFS) Chroot(p string) (billy.Filesystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guardFS{root: g.root, base: rel}, nil
+	return &guardFS{root: g.root, base: rel, gitDir: g.gitDir}, nil
 }
 
 func (g *guardFS) Root() string { return path.Join(g.root.Name(), g.base) }
@@ -160,6 +181,29 @@ func (n namedInfo) Name() string { return n.name }
 type roFile struct {
 	*os.File
 	name string
+	lim  *gitlimit.Reader // nil: no cap (a worktree file, or an object)
+}
+
+func (f *roFile) Read(p []byte) (int, error) {
+	if f.lim != nil {
+		return f.lim.Read(p)
+	}
+	return f.File.Read(p)
+}
+
+func (f *roFile) ReadAt(p []byte, off int64) (int, error) {
+	if f.lim != nil {
+		return f.lim.ReadAt(p, off)
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// WriteTo shadows os.File's, through which io.Copy and bufio would read past the cap.
+func (f *roFile) WriteTo(w io.Writer) (int64, error) {
+	if f.lim != nil {
+		return io.Copy(w, struct{ io.Reader }{f.lim})
+	}
+	return f.File.WriteTo(w)
 }
 
 func (f *roFile) Name() string              { return f.name }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/internal/gitlimit"
 )
 
 // objectCacheSize bounds go-git's object cache (its default is 96 MiB);
@@ -116,7 +117,13 @@ func Open(root *fsguard.Root, dir string) (*Repo, error) {
 			return nil, err
 		}
 	}
-	r := &Repo{GitDir: newGuardFS(root, dotRel)}
+	// go-git hides a failed read of HEAD as "repository does not exist": say why first.
+	if fi, err := root.Lstat(path.Join(dotRel, "HEAD")); err == nil {
+		if err := gitlimit.CheckSize("HEAD", fi.Size()); err != nil {
+			return nil, fmt.Errorf("open repository %s: %w", dotRel, err)
+		}
+	}
+	r := &Repo{GitDir: newGitDirFS(root, dotRel)}
 	// go-git reads objects/info/alternates by itself when an object is
 	// missing; one written after the check above names nothing it can
 	// open (noAlternates), so the object is simply missing.

@@ -119,14 +119,21 @@ type capturer struct {
 	tw  *tar.Writer
 	m   *Manifest
 	buf []byte
+	// fence re-checks every archived entry once the walk is done (fence.go).
+	fence fence
 }
 
 func (c *capturer) run(root *fsguard.Root) error {
+	readAt := time.Now()
 	before, err := lstat(root, ".")
 	if err != nil {
 		return err
 	}
+	c.fence.add(rootMark, stableread.FromStat(before), stableread.Racy(stableread.FromStat(before), readAt))
 	if err := c.walk(root, ".", before, false); err != nil {
+		return err
+	}
+	if err := c.fence.verify(c.ctx, root, c.m, c.buf); err != nil {
 		return err
 	}
 	c.m.Totals = totals(c.m.Entries)
@@ -203,6 +210,7 @@ func (c *capturer) dir(d *fsguard.Root, name, p string, listed *unix.Stat_t, inG
 		return c.vanished(p, err)
 	}
 	defer sub.Close()
+	readAt := time.Now()
 	st, err := lstat(sub, ".")
 	if err != nil {
 		return err
@@ -214,6 +222,7 @@ func (c *capturer) dir(d *fsguard.Root, name, p string, listed *unix.Stat_t, inG
 		return err
 	}
 	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeDir, Mode: st.Mode & 0o7777, MTime: mtime(st)})
+	c.fence.add(len(c.m.Entries)-1, stableread.FromStat(st), stableread.Racy(stableread.FromStat(st), readAt))
 	return c.walk(sub, p, st, inGit)
 }
 
@@ -281,6 +290,7 @@ func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
 	}
 	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeFile, Mode: before.Mode & 0o7777, Size: before.Size,
 		SHA256: hex.EncodeToString(digest), MTime: mt})
+	c.fence.add(len(c.m.Entries)-1, before, rd.Racy())
 	return nil
 }
 
@@ -293,6 +303,8 @@ func (c *capturer) symlink(d *fsguard.Root, name, p string, st *unix.Stat_t) err
 		return err
 	}
 	c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeSymlink, Mode: st.Mode & 0o7777, LinkTarget: target, MTime: mtime(st)})
+	// Never racy: a symlink's target cannot change in place (fence.go).
+	c.fence.add(len(c.m.Entries)-1, stableread.FromStat(st), false)
 	return nil
 }
 

@@ -1,0 +1,32 @@
+package controller
+
+import (
+	"context"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// captureAttempts bounds how often a capture that saw the tree change is started again.
+const captureAttempts = 3
+
+// captureWorkspace captures ws, starting again from the beginning when the runner reports that
+// the tree changed during the capture (changed_during_capture: a file changed while it was read,
+// or the runner's fence found an entry changed after the walk, so the archive would be of no one
+// instant). Each attempt is a stream of its own: the runner streams as it reads, so the failed
+// attempt's bytes have left already; it aborts its body with the reason, the blob store drops
+// what it received, and no receipt is written. Nothing of a failed attempt is ever published.
+// After captureAttempts, the last attempt's error is returned.
+func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
+	for attempt := 1; ; attempt++ {
+		snap, err := s.captureOnce(ctx, ws)
+		if protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
+			return snap, err
+		}
+		if attempt == captureAttempts || ctx.Err() != nil {
+			return api.Snapshot{}, protocol.Errorf(protocol.CodeChangedDuringCapture,
+				"the tree kept changing during %d capture attempt(s) (stop what writes to it, or snapshot it at rest): %s",
+				attempt, protocol.AsError(err).Message)
+		}
+	}
+}
