@@ -14,9 +14,6 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -113,108 +110,9 @@ func (s *Server) savedSource(ctx context.Context, src fileSource) (fileSource, e
 	return src, nil
 }
 
-// savedIndex is a receipt's manifest arranged for lookups.
-type savedIndex struct {
-	entries  []snapshot.Entry
-	byPath   map[string]int   // path → position in entries (= in the archive)
-	children map[string][]int // directory → its entries, sorted by name
-}
-
-// A handful of indexes stay cached: a receipt's archive never changes, and a listing that
-// pages through a large directory would otherwise read the whole archive once per page.
-const (
-	savedIndexCacheSize  = 8
-	savedIndexMaxEntries = 250_000
-)
-
-var savedIndexes = struct {
-	sync.Mutex
-	m     map[string]*savedIndex
-	order []string
-}{m: map[string]*savedIndex{}}
-
-// savedIndexFor reads a receipt's manifest: the whole archive is read and checked, as a
-// verify would (the stored object against the receipt, every entry against the manifest).
-func (s *Server) savedIndexFor(ctx context.Context, snap *api.Snapshot) (*savedIndex, error) {
-	key := snap.ID + "/" + snap.SHA256
-	savedIndexes.Lock()
-	idx := savedIndexes.m[key]
-	savedIndexes.Unlock()
-	if idx != nil {
-		return idx, nil
-	}
-	archive, closeArchive, err := s.openArchive(ctx, *snap)
-	if err != nil {
-		return nil, err
-	}
-	defer closeArchive()
-	raw := &readErr{r: archive}
-	m, err := snapshot.ReadManifest(ctx, raw)
-	if err == nil {
-		// ReadManifest may stop at the manifest; the rest must still match the receipt.
-		_, err = io.Copy(io.Discard, raw)
-	}
-	if err != nil {
-		return nil, archiveErr(ctx, snap, raw, err)
-	}
-	idx = &savedIndex{entries: m.Entries, byPath: make(map[string]int, len(m.Entries)), children: map[string][]int{}}
-	for i, e := range m.Entries {
-		idx.byPath[e.Path] = i
-		dir := path.Dir(e.Path)
-		idx.children[dir] = append(idx.children[dir], i)
-	}
-	for _, list := range idx.children {
-		sort.Slice(list, func(a, b int) bool {
-			return path.Base(idx.entries[list[a]].Path) < path.Base(idx.entries[list[b]].Path)
-		})
-	}
-	if len(m.Entries) <= savedIndexMaxEntries {
-		savedIndexes.Lock()
-		if _, ok := savedIndexes.m[key]; !ok {
-			savedIndexes.m[key] = idx
-			savedIndexes.order = append(savedIndexes.order, key)
-			if len(savedIndexes.order) > savedIndexCacheSize {
-				delete(savedIndexes.m, savedIndexes.order[0])
-				savedIndexes.order = savedIndexes.order[1:]
-			}
-		}
-		savedIndexes.Unlock()
-	}
-	return idx, nil
-}
-
 // rootEntry stands for the workspace root, which an archive does not hold as an entry.
 func rootEntry(snap *api.Snapshot) snapshot.Entry {
 	return snapshot.Entry{Path: ".", Type: snapshot.TypeDir, Mode: 0o755, MTime: snap.CreatedAt.UTC()}
-}
-
-// lookup finds a cleaned path the way the runner's guard resolves one: every component before
-// the last must be a directory (a symlink is refused, never followed; a file is not a
-// directory), and a missing component is not_found. It returns the entry's position in the
-// archive, or -1 for the root.
-func (x *savedIndex) lookup(snap *api.Snapshot, clean string) (snapshot.Entry, int, error) {
-	if clean == "." {
-		return rootEntry(snap), -1, nil
-	}
-	elems := strings.Split(clean, "/")
-	for i := range elems {
-		p := strings.Join(elems[:i+1], "/")
-		pos, ok := x.byPath[p]
-		if !ok {
-			return snapshot.Entry{}, 0, protocol.Errorf(protocol.CodeNotFound, "%s: no such file or directory in saved copy %s", clean, snap.ID)
-		}
-		e := x.entries[pos]
-		if i == len(elems)-1 {
-			return e, pos, nil
-		}
-		switch e.Type {
-		case snapshot.TypeSymlink:
-			return snapshot.Entry{}, 0, protocol.Errorf(protocol.CodeSymlinkRefused, "%s: %s is a symlink; it is never followed", clean, p)
-		case snapshot.TypeFile:
-			return snapshot.Entry{}, 0, protocol.Errorf(protocol.CodeNotDirectory, "%s: %s is not a directory", clean, p)
-		}
-	}
-	panic("unreachable")
 }
 
 // savedFileInfo describes an archived entry as the runner describes a live one.
@@ -257,6 +155,7 @@ func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileS
 		writeError(w, err)
 		return
 	}
+	defer idx.Close()
 	e, pos, err := idx.lookup(src.snap, clean)
 	if err != nil {
 		writeError(w, err)
@@ -264,7 +163,7 @@ func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileS
 	}
 	switch {
 	case q.Has("list"):
-		page, err := idx.list(e, clean, q.Get("cursor"), q.Get("limit"))
+		page, err := idx.list(e, pos, clean, q.Get("cursor"), q.Get("limit"))
 		if err != nil {
 			writeError(w, err)
 			return
@@ -278,34 +177,6 @@ func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileS
 	default:
 		s.readSaved(w, r, src.snap, e, pos, args, ranged)
 	}
-}
-
-// list is one page of a saved directory, with the runner's paging: sorted by name, starting
-// after cursor, at most limit entries (default and cap protocol.MaxListPage), Next set to the
-// last name when more follow.
-func (x *savedIndex) list(dir snapshot.Entry, clean, cursor, limitArg string) (protocol.FsListResult, error) {
-	switch dir.Type {
-	case snapshot.TypeSymlink:
-		return protocol.FsListResult{}, protocol.Errorf(protocol.CodeSymlinkRefused, "%s is a symlink; it is never followed", clean)
-	case snapshot.TypeFile:
-		return protocol.FsListResult{}, protocol.Errorf(protocol.CodeNotDirectory, "%s is not a directory", clean)
-	}
-	limit := 0
-	_, _ = fmt.Sscan(limitArg, &limit)
-	if limit <= 0 || limit > protocol.MaxListPage {
-		limit = protocol.MaxListPage
-	}
-	kids := x.children[clean]
-	start := sort.Search(len(kids), func(i int) bool { return path.Base(x.entries[kids[i]].Path) > cursor })
-	out := protocol.FsListResult{Entries: []protocol.FileInfo{}}
-	for _, pos := range kids[start:] {
-		if len(out.Entries) == limit {
-			out.Next = out.Entries[len(out.Entries)-1].Name
-			break
-		}
-		out.Entries = append(out.Entries, savedFileInfo(x.entries[pos]))
-	}
-	return out, nil
 }
 
 // readSaved streams one archived file (or a range of it) out of the receipt's archive, opened

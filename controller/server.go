@@ -79,6 +79,7 @@ type Server struct {
 	identity      *age.X25519Identity
 	encrypt       bool
 	projectLocks  projectLocks
+	savedIndexes  savedIndexes // saved-copy read indexes being built (savedindex_build.go)
 	gcMu          sync.Mutex
 	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
 	// sweep there, as a crash would.

@@ -2,23 +2,15 @@ package snapshot
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // TestVerifyMatchesCapture: a real capture verifies, with the digests runner/snapshot.go
@@ -216,166 +208,5 @@ func TestVerifyOnEntryErrorStops(t *testing.T) {
 	}})
 	if !errors.Is(err, stop) || n != 2 {
 		t.Fatalf("err %v after %d entries", err, n)
-	}
-}
-
-// syntheticTree describes dirs directories of files entries each, in tree order, as Capture
-// would archive them; one file in a thousand holds a few bytes.
-func syntheticTree(dirs, files int, each func(e Entry, body []byte) error) error {
-	empty := sha256.Sum256(nil)
-	for d := range dirs {
-		dir := Entry{Path: fmt.Sprintf("d%04d", d), Type: TypeDir, Mode: 0o755, MTime: hTime}
-		if err := each(dir, nil); err != nil {
-			return err
-		}
-		for f := range files {
-			e := Entry{Path: fmt.Sprintf("%s/f%04d", dir.Path, f), Type: TypeFile, Mode: 0o644, MTime: hTime, SHA256: hex.EncodeToString(empty[:])}
-			var body []byte
-			if f%1000 == 0 {
-				body = []byte(e.Path)
-				sum := sha256.Sum256(body)
-				e.Size, e.SHA256 = int64(len(body)), hex.EncodeToString(sum[:])
-			}
-			if err := each(e, body); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// writeSynthetic streams the archive of syntheticTree to w without holding its entries: the
-// manifest is written an entry at a time, its size computed by a first pass.
-func writeSynthetic(w io.Writer, dirs, files int, sample func()) error {
-	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(zstdWindow))
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(enc)
-	var tot Totals
-	err = syntheticTree(dirs, files, func(e Entry, body []byte) error {
-		tot.add(&e)
-		h := &tar.Header{Name: e.Path, Typeflag: tar.TypeReg, Mode: int64(e.Mode), Size: e.Size, ModTime: e.MTime, Format: tar.FormatPAX}
-		if e.Type == TypeDir {
-			h.Name, h.Typeflag = e.Path+"/", tar.TypeDir
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		_, err := tw.Write(body)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	m := &Manifest{Version: FormatVersion, WorkspaceID: "w", CreatedAt: hTime, Entries: []Entry{}, Skipped: []Skipped{}, Totals: tot}
-	whole, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	head, tail, _ := strings.Cut(string(whole), `"entries":[]`)
-	head += `"entries":[`
-	tail = "]" + tail
-	size, n := int64(len(head)+len(tail)), 0
-	err = syntheticTree(dirs, files, func(e Entry, _ []byte) error {
-		js, err := json.Marshal(e)
-		size += int64(len(js))
-		if n++; n > 1 {
-			size++
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: hTime, Format: tar.FormatPAX}); err != nil {
-		return err
-	}
-	bw := bufio.NewWriter(tw)
-	bw.WriteString(head)
-	n = 0
-	err = syntheticTree(dirs, files, func(e Entry, _ []byte) error {
-		if n++; n > 1 {
-			bw.WriteByte(',')
-		}
-		if n%10_000 == 0 {
-			sample()
-		}
-		js, err := json.Marshal(e)
-		bw.Write(js)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	bw.WriteString(tail)
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return enc.Close()
-}
-
-// heapPeak samples HeapInuse at the points the test chooses (every 10,000 entries, archive
-// and manifest alike), so the bound holds whatever the scheduling.
-type heapPeak struct {
-	mu   sync.Mutex
-	peak uint64
-}
-
-func (p *heapPeak) sample() {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	p.mu.Lock()
-	p.peak = max(p.peak, ms.HeapInuse)
-	p.mu.Unlock()
-}
-
-// verifyStreamed verifies the synthetic archive as it is written, through a pipe, and returns
-// the peak heap seen.
-func verifyStreamed(t *testing.T, dirs, files int, verify func(io.Reader, func()) error) uint64 {
-	runtime.GC()
-	var peak heapPeak
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeSynthetic(pw, dirs, files, peak.sample)) }()
-	err := verify(pr, peak.sample)
-	pr.CloseWithError(errors.New("verify returned"))
-	must(t, err)
-	peak.sample()
-	return peak.peak
-}
-
-// TestVerifyMillionEntries: a manifest of 1,001,000 entries verifies in a bounded heap (the
-// whole-manifest reader needed about 900 MB for as many).
-func TestVerifyMillionEntries(t *testing.T) {
-	if testing.Short() {
-		t.Skip("streams 1,001,000 entries")
-	}
-	const dirs, files, bound = 1000, 1000, 64 << 20
-	var entries int
-	peak := verifyStreamed(t, dirs, files, func(r io.Reader, sample func()) error {
-		v, err := Verify(context.Background(), r, VerifyOptions{OnEntry: func(Entry) error {
-			if entries++; entries%10_000 == 0 {
-				sample()
-			}
-			return nil
-		}})
-		if err == nil && v.Totals.Entries != dirs*(files+1) {
-			err = fmt.Errorf("verified %d entries", v.Totals.Entries)
-		}
-		return err
-	})
-	t.Logf("verify-million: %d entries verified, peak HeapInuse %.1f MiB (bound %d MiB)", entries, float64(peak)/(1<<20), bound>>20)
-	if peak > bound {
-		t.Fatalf("peak HeapInuse %d MiB, more than %d MiB", peak>>20, bound>>20)
-	}
-	if os.Getenv("TETHER_MEASURE_READMANIFEST") != "" {
-		peak := verifyStreamed(t, dirs, files, func(r io.Reader, _ func()) error {
-			_, err := ReadManifest(context.Background(), r)
-			return err
-		})
-		t.Logf("read-manifest-million: peak HeapInuse %.1f MiB", float64(peak)/(1<<20))
 	}
 }
