@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -48,16 +49,36 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 		chk.Reasons = append(chk.Reasons, "runner not connected: changes cannot be checked or saved")
 		return chk, nil
 	}
-	var digest protocol.SnapshotSummary
-	if err := call(ctx, c, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
+	if chk.ActiveServices, err = activeServices(ctx, c); err != nil {
 		return chk, err
 	}
-	chk.PendingChanges = last == nil || last.Summary.Tree == "" || last.Summary.Tree != digest.Tree
+	if chk.ActiveServices > 0 {
+		chk.Reasons = append(chk.Reasons, fmt.Sprintf("%d service(s) running: close stops them (verified) before its final save", chk.ActiveServices))
+	}
+	chk.PendingChanges, err = s.treeChanged(ctx, ws, c, last)
+	switch {
+	case protocol.CodeOf(err) == protocol.CodeChangedDuringCapture:
+		// Something is writing: there are changes by definition, and close saves them once its
+		// runs and services have stopped.
+		chk.PendingChanges = true
+		chk.Reasons = append(chk.Reasons, "the tree is being written to: "+protocol.AsError(err).Message)
+	case err != nil:
+		return chk, err
+	}
 	if chk.PendingChanges {
 		chk.Reasons = append(chk.Reasons, "changes since the last snapshot: close captures one first")
 	}
 	chk.Ready = chk.ActiveRuns == 0
 	return chk, nil
+}
+
+// treeChanged walks the live tree as a capture would and compares its digest with last's.
+func (s *Server) treeChanged(ctx context.Context, ws api.Workspace, c *hub.Conn, last *api.Snapshot) (bool, error) {
+	var digest protocol.SnapshotSummary
+	if err := call(ctx, c, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
+		return false, err
+	}
+	return last == nil || last.Summary.Tree == "" || last.Summary.Tree != digest.Tree, nil
 }
 
 func (s *Server) handleClose(w http.ResponseWriter, r *http.Request) {
@@ -104,18 +125,37 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if chk.ActiveRuns > 0 && !cancelRuns {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeConflict, "workspace %s has %d active run(s); pass --cancel-runs to kill them", ws.ID, chk.ActiveRuns)
 	}
-	if !ws.Connected {
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
 	}
 	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateClosing, "", "close"); err != nil {
 		return api.CloseResult{}, err
 	}
 	back := func(err error) (api.CloseResult, error) {
+		s.unquiesce(ctx, ws, c)
 		_ = s.store.UpdateWorkspace(context.WithoutCancel(ctx), ws.ID, api.StateReady, "", "close refused: "+protocol.AsError(err).Message)
 		return api.CloseResult{}, err
 	}
-	res := api.CloseResult{Saved: chk.LastSnapshot}
-	if chk.PendingChanges {
+	// Nothing may write after the last capture: every run and service stops first, verified,
+	// and a close that cannot stop them keeps the sandbox.
+	q, err := s.quiesce(ctx, ws, c)
+	if err != nil {
+		return back(err)
+	}
+	res := api.CloseResult{Saved: chk.LastSnapshot, StoppedRuns: len(q.Runs), StoppedServices: len(q.Services)}
+	// What the stopped processes wrote last is only in the tree now, not in the check's digest.
+	pending := chk.PendingChanges
+	if !pending && (res.StoppedRuns > 0 || res.StoppedServices > 0) {
+		last, err := s.lastReceipt(ctx, ws.ID)
+		if err == nil {
+			pending, err = s.treeChanged(ctx, ws, c, last)
+		}
+		if err != nil {
+			return back(fmt.Errorf("close: check the tree after stopping its processes: %w", err))
+		}
+	}
+	if pending {
 		snap, err := s.captureWorkspace(ctx, ws)
 		if err != nil {
 			return back(fmt.Errorf("close: capture: %w", err))
@@ -125,6 +165,8 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 		}
 		res.Snapshot, res.Saved = &snap, snap.ID
 	}
+	// The work is saved: a teardown command may run again (it changes nothing that is kept).
+	s.unquiesce(ctx, ws, c)
 	// Teardown runs once the work is saved, so a teardown command can never cost work; what it
 	// changes in the tree goes with the sandbox.
 	s.teardown(ctx, ws)

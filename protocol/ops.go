@@ -19,7 +19,7 @@ const (
 func Mutating(op string) bool {
 	switch op {
 	case OpExec, OpTreeImport, OpFsWrite, OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotRestore,
-		OpServiceStart, OpServiceStop, OpGitCheckout, OpGitReconcile:
+		OpServiceStart, OpServiceStop, OpGitCheckout, OpGitReconcile, OpQuiesce:
 		return true
 	}
 	return false
@@ -28,7 +28,7 @@ func Mutating(op string) bool {
 // Capabilities this build of the runner advertises.
 var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
 	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch, OpTreeDigest, OpServiceStart, OpServiceList,
-	OpServiceLogs, OpServiceStop, OpGitCheckout, OpGitInspect, OpGitReconcile}
+	OpServiceLogs, OpServiceStop, OpGitCheckout, OpGitInspect, OpGitReconcile, OpQuiesce}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

@@ -14,6 +14,8 @@ const maxFinished = 1000
 type runEntry struct {
 	status protocol.RunStatus
 	proc   *process.Process
+	// ended is closed when the run finished or its reservation was released.
+	ended chan struct{}
 }
 
 // runTable tracks the commands this runner started.
@@ -21,6 +23,8 @@ type runTable struct {
 	mu       sync.Mutex
 	runs     map[string]*runEntry
 	finished []string // run ids in finishing order
+	// quiesced refuses new runs while a close saves the workspace (see quiesce).
+	quiesced bool
 }
 
 func newRunTable() *runTable { return &runTable{runs: map[string]*runEntry{}} }
@@ -29,10 +33,13 @@ func newRunTable() *runTable { return &runTable{runs: map[string]*runEntry{}} }
 func (t *runTable) reserve(id string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.quiesced {
+		return protocol.Errorf(protocol.CodeConflict, "the workspace is being closed: no new run starts")
+	}
 	if _, ok := t.runs[id]; ok {
 		return protocol.Errorf(protocol.CodeConflict, "run %s was already started", id)
 	}
-	t.runs[id] = &runEntry{status: protocol.RunStatus{RunID: id}}
+	t.runs[id] = &runEntry{status: protocol.RunStatus{RunID: id}, ended: make(chan struct{})}
 	return nil
 }
 
@@ -40,14 +47,22 @@ func (t *runTable) reserve(id string) error {
 func (t *runTable) release(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e, ok := t.runs[id]; ok {
+		close(e.ended)
+	}
 	delete(t.runs, id)
 }
 
+// started records the process of a reserved run. A run that was reserved before a quiesce
+// closed the gate but starts after it is stopped at once: quiesce waits for it too.
 func (t *runTable) started(id string, p *process.Process) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.runs[id]; ok {
 		e.status.Running, e.status.PID, e.proc = true, p.PID(), p
+		if t.quiesced {
+			p.Cancel()
+		}
 	}
 }
 
@@ -60,6 +75,7 @@ func (t *runTable) exited(id string, exit protocol.ExecExit) {
 	}
 	e.status.Running, e.status.Finished, e.status.Exit = false, true, exit
 	e.proc = nil
+	close(e.ended)
 	t.finished = append(t.finished, id)
 	if len(t.finished) > maxFinished {
 		delete(t.runs, t.finished[0])
@@ -93,4 +109,42 @@ func (t *runTable) killAll() {
 			e.proc.Cancel()
 		}
 	}
+}
+
+// quiescing is a run quiesce waits for.
+type quiescing struct {
+	id    string
+	proc  *process.Process // nil while it is still starting
+	ended <-chan struct{}
+}
+
+// quiesce refuses new runs from now on and returns every run not yet finished.
+func (t *runTable) quiesce() []quiescing {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.quiesced = true
+	var out []quiescing
+	for id, e := range t.runs {
+		if !e.status.Finished {
+			out = append(out, quiescing{id: id, proc: e.proc, ended: e.ended})
+		}
+	}
+	return out
+}
+
+// resume accepts new runs again.
+func (t *runTable) resume() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.quiesced = false
+}
+
+// status is what the table knows of run id now.
+func (t *runTable) status(id string) protocol.RunStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.runs[id]; ok {
+		return e.status
+	}
+	return protocol.RunStatus{RunID: id}
 }

@@ -191,6 +191,9 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 	case protocol.OpGitReconcile:
 		res, err := r.gitReconcile(ctx, st, h)
 		writeTrailer(st, res, err)
+	case protocol.OpQuiesce:
+		res, err := r.quiesce(ctx, h)
+		writeTrailer(st, res, err)
 	default:
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))
 	}

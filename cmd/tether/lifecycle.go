@@ -31,7 +31,7 @@ func newWorkspaceCloseCmd(c *cli) *cobra.Command {
 				if asJSON {
 					return c.printJSON(chk)
 				}
-				c.printf("ready: %v, pending changes: %v, active runs: %d\n", chk.Ready, chk.PendingChanges, chk.ActiveRuns)
+				c.printf("ready: %v, pending changes: %v, active runs: %d, active services: %d\n", chk.Ready, chk.PendingChanges, chk.ActiveRuns, chk.ActiveServices)
 				for _, r := range chk.Reasons {
 					c.printf("- %s\n", r)
 				}
@@ -43,6 +43,9 @@ func newWorkspaceCloseCmd(c *cli) *cobra.Command {
 			}
 			if asJSON {
 				return c.printJSON(res)
+			}
+			if res.StoppedRuns > 0 || res.StoppedServices > 0 {
+				c.printf("stopped %d run(s) and %d service(s) before saving\n", res.StoppedRuns, res.StoppedServices)
 			}
 			if res.Snapshot != nil {
 				c.printf("saved %s in %s (%d entries)\n", res.Workspace.ID, res.Snapshot.ID, res.Snapshot.Entries)

@@ -165,9 +165,11 @@ type VerifyResult struct {
 
 // CloseCheck answers whether a workspace can close now and what closing would do.
 type CloseCheck struct {
-	Ready          bool     `json:"ready"`
-	PendingChanges bool     `json:"pending_changes"` // the tree differs from the last receipt
-	ActiveRuns     int      `json:"active_runs"`
+	Ready          bool `json:"ready"`
+	PendingChanges bool `json:"pending_changes"` // the tree differs from the last receipt
+	ActiveRuns     int  `json:"active_runs"`
+	// ActiveServices are not over yet: close stops them, verified, before its final capture.
+	ActiveServices int      `json:"active_services"`
 	LastSnapshot   string   `json:"last_snapshot,omitempty"`
 	Reasons        []string `json:"reasons"`
 }
@@ -183,6 +185,9 @@ type CloseResult struct {
 	Workspace Workspace `json:"workspace"`
 	Snapshot  *Snapshot `json:"snapshot,omitempty"` // captured by this close, when there were changes
 	Saved     string    `json:"saved_in"`           // the receipt the workspace reopens from
+	// StoppedRuns and StoppedServices count what close stopped before its final capture.
+	StoppedRuns     int `json:"stopped_runs"`
+	StoppedServices int `json:"stopped_services"`
 }
 
 // ReopenRequest is the body of POST /v1/workspaces/{id}/reopen.

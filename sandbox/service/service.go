@@ -44,6 +44,8 @@ type Manager struct {
 	Confiner process.Confiner
 	mu       sync.Mutex
 	svcs     map[string]*Service
+	// quiesced refuses new services while a close saves the workspace (see Quiesce).
+	quiesced bool
 }
 
 // NewManager makes a manager; resolveDir guards each service's working directory.
@@ -59,6 +61,10 @@ func (m *Manager) Start(ctx context.Context, spec protocol.ServiceSpec, baseEnv 
 		return protocol.ServiceStatus{}, err
 	}
 	m.mu.Lock()
+	if m.quiesced {
+		m.mu.Unlock()
+		return protocol.ServiceStatus{}, protocol.Errorf(protocol.CodeConflict, "the workspace is being closed: service %q is not started", spec.Name)
+	}
 	if old, ok := m.svcs[spec.Name]; ok && !old.final() {
 		m.mu.Unlock()
 		return protocol.ServiceStatus{}, protocol.Errorf(protocol.CodeExists, "service %q is already %s", spec.Name, old.Status().State)

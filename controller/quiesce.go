@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// quiesce has the runner stop every run and service of ws, verified, and refuse new ones, so
+// that nothing writes to the tree after close's last capture. The runs it stopped are recorded
+// with their exits and the services with their final states. An error means something may
+// still be running: close must not save around it.
+func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) (protocol.QuiesceResult, error) {
+	var res protocol.QuiesceResult
+	err := call(ctx, c, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: "stopped because the workspace closed"}, &res)
+	if err != nil {
+		// What the runner managed to stop is recorded all the same.
+		s.refreshServices(ctx, ws.ID, c)
+		return res, fmt.Errorf("close: could not stop every run and service before the final save: %w", err)
+	}
+	for _, run := range res.Runs {
+		if !run.Finished {
+			continue
+		}
+		if err := s.finishRun(context.WithoutCancel(ctx), run.RunID, run.Exit); err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
+			s.log.Warn("record a run close stopped", "run", run.RunID, "err", err)
+		}
+	}
+	s.recordServices(ctx, ws.ID, res.Services, false)
+	return res, nil
+}
+
+// unquiesce opens the runner's gate again after a close that quiesced and then refused: the
+// workspace stays ready and takes new runs and services. Best effort: the close already failed.
+func (s *Server) unquiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) {
+	if err := call(context.WithoutCancel(ctx), c, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Release: true}, nil); err != nil {
+		s.log.Warn("reopen the gate after a refused close", "workspace", ws.ID, "err", err)
+	}
+}
+
+// refreshServices records every service as the runner lists it now (best effort).
+func (s *Server) refreshServices(ctx context.Context, workspaceID string, c *hub.Conn) {
+	var list []protocol.ServiceStatus
+	if err := call(context.WithoutCancel(ctx), c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+		return
+	}
+	s.recordServices(ctx, workspaceID, list, true)
+}
+
+// activeServices counts the services of a connected runner that are not over yet.
+func activeServices(ctx context.Context, c *hub.Conn) (int, error) {
+	var list []protocol.ServiceStatus
+	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, st := range list {
+		if st.State != protocol.ServiceStopped && st.State != protocol.ServiceFailed {
+			n++
+		}
+	}
+	return n, nil
+}
