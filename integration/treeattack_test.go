@@ -220,13 +220,17 @@ func TestTornWriteLoopThroughExec(t *testing.T) {
 	c := startController(t, serveOpts{})
 	cl := c.Client(t)
 	ws := c.createWorkspace(t)
-	agentSh(t, c, ws, "mkdir -p src && for i in $(seq 1 30); do echo filler > src/f$i.txt; done; printf %08d 0 > a.txt; printf %08d 0 > z.txt")
+	// a.txt and z.txt are read far apart (a thousand files lie between them in the walk), so a
+	// capture that is not fenced would often read one before a burst of writes and the other
+	// after it.
+	agentSh(t, c, ws, "mkdir -p src && for i in $(seq 1 1000); do echo filler > src/f$i.txt; done; printf %08d 0 > a.txt; printf %08d 0 > z.txt")
 	ctx, cancel := context.WithCancel(context.Background())
 	writerDone := make(chan error, 1)
 	go func() {
-		// The pause between rounds is the workload's shape (a service writing steadily), not a
-		// synchronisation: the test waits on nothing it does.
-		script := "n=0; while :; do n=$((n+1)); printf %08d $n 1<>a.txt; printf %08d $n 1<>z.txt; sleep 0.005; done"
+		// Bursts of 200 rounds as fast as the shell goes, then a pause: captures that overlap a
+		// burst must be refused (or retried into a pause), the others succeed. The pause is the
+		// workload's shape, not a synchronisation: the test waits on nothing it does.
+		script := "n=0; while :; do k=0; while [ $k -lt 200 ]; do k=$((k+1)); n=$((n+1)); printf %08d $n 1<>a.txt; printf %08d $n 1<>z.txt; done; sleep 0.03; done"
 		_, err := cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c", script}}, nil, io.Discard, io.Discard)
 		writerDone <- err
 	}()
