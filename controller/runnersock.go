@@ -131,9 +131,8 @@ func (s *Server) serveRunnerSocket() (stop func()) {
 		return func() {}
 	}
 	s.runnerSocket = rs.path
-	srv := &http.Server{Handler: s.runnerHandler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return s.ctx }}
-	go func() { _ = srv.Serve(rs) }()
+	srv := s.cfg.HTTP.server(s.runnerHandler(), s.ctx)
+	go func() { _ = srv.Serve(s.cfg.HTTP.limitListener(rs)) }()
 	s.log.Info("runner socket listening", "path", rs.path)
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

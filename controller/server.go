@@ -60,6 +60,8 @@ type Config struct {
 	Now     func() time.Time
 	Logger  *slog.Logger
 	Version string
+	// HTTP bounds what a client may hold of the API server (zero fields take defaults).
+	HTTP HTTPLimits
 	// Runners bounds what one runner connection may make the controller hold (zero fields take
 	// defaults).
 	Runners RunnerLimits
@@ -83,7 +85,8 @@ type Server struct {
 	gcMu          sync.Mutex
 	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
 	// sweep there, as a crash would.
-	gcStep func(step string) error
+	gcStep   func(step string) error
+	dataLock *dataLock
 
 	bg     sync.WaitGroup // provisioning that outlives the request that started it
 	ctx    context.Context
@@ -107,10 +110,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.HTTP = cfg.HTTP.withDefaults()
 	cfg.Runners = cfg.Runners.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	// Taken before anything in the directory is read or written: a refused controller changes
+	// nothing.
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Release()
+		}
+	}()
 	token, err := loadOperatorToken(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
@@ -138,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
 		providers: newProviderSet(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.Logger),
-		blobs:     blobs, identity: identity, encrypt: encrypt,
+		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		ctx: sctx, cancel: cancel,
 	}
 	s.providers.options = cfg.ProviderOptions
@@ -146,6 +162,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {
 		st.Close()
+		cancel()
 		return nil, err
 	}
 	if err := s.sweepBlobs(ctx); err != nil {
@@ -155,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := gitsource.RemoveLeftovers(filepath.Join(cfg.DataDir, "projects")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("project leftovers", "err", err)
 	}
+	ok = true
 	return s, nil
 }
 
@@ -229,10 +247,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 
 	stopRunnerSocket := s.serveRunnerSocket()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return s.ctx }}
+	srv := s.cfg.HTTP.server(s.Handler(), s.ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	go func() { errc <- srv.Serve(s.cfg.HTTP.limitListener(l)) }()
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir)
 	if s.cfg.GCInterval > 0 {
 		s.bg.Add(1)
@@ -253,6 +270,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if cerr := s.store.Close(); err == nil {
 		err = cerr
 	}
+	s.dataLock.Release()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

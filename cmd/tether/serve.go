@@ -19,6 +19,7 @@ type serveFlags struct {
 	readyTimeout, sweepGrace, gcInterval, gcGrace     time.Duration
 	maxFileSize                                       int64
 	providerConfig                                    []string
+	http                                              controller.HTTPLimits
 	runners                                           controller.RunnerLimits
 }
 
@@ -61,6 +62,10 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
+	cmd.Flags().DurationVar(&f.http.ReadHeaderTimeout, "http-read-header-timeout", controller.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
+	cmd.Flags().DurationVar(&f.http.IdleTimeout, "http-idle-timeout", controller.DefaultIdleTimeout, "how long a keep-alive connection may sit idle before it is closed")
+	cmd.Flags().IntVar(&f.http.MaxHeaderBytes, "http-max-header-bytes", controller.DefaultMaxHeaderBytes, "largest request header accepted, in bytes")
+	cmd.Flags().IntVar(&f.http.MaxConns, "http-max-conns", controller.DefaultMaxConns, "connections served at once (websockets included); more wait until one closes")
 	cmd.Flags().IntVar(&f.runners.MaxStreams, "runner-max-streams", controller.DefaultRunnerMaxStreams, "operation streams one runner may have open towards the controller at once")
 	cmd.Flags().DurationVar(&f.runners.Idle, "runner-idle-timeout", controller.DefaultRunnerIdle, "how long a capture may go without a byte from its runner")
 	cmd.Flags().Int64Var(&f.runners.MaxSnapshotBytes, "max-snapshot-bytes", controller.DefaultMaxSnapshotBytes, "largest snapshot object one capture may store, in bytes")
@@ -89,7 +94,7 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
-		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, Runners: f.runners,
+		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")
