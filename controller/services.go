@@ -56,21 +56,39 @@ func (s *Server) recordService(ctx context.Context, v api.Service) {
 // stored services that are still live on record but not reported are marked failed: the runner
 // no longer knows them.
 func (s *Server) recordServices(ctx context.Context, workspaceID string, reported []protocol.ServiceStatus, all bool) []api.Service {
+	out, _ := s.reconcileServices(ctx, workspaceID, reported, all)
+	return out
+}
+
+// reconcileServices is recordServices that also says which reports were refused (a port the
+// service was not given), by service name.
+func (s *Server) reconcileServices(ctx context.Context, workspaceID string, reported []protocol.ServiceStatus, all bool) ([]api.Service, map[string]error) {
 	out := make([]api.Service, 0, len(reported))
+	refused := map[string]error{}
+	stored, err := s.store.ListServices(ctx, workspaceID)
+	if err != nil {
+		// Without the records no report can be held to its allotted port: none is recorded.
+		s.log.Error("list services", "workspace", workspaceID, "err", err)
+		return nil, refused
+	}
+	byName := make(map[string]api.Service, len(stored))
+	for _, v := range stored {
+		byName[v.Name] = v
+	}
 	seen := map[string]bool{}
 	for _, st := range reported {
 		v := serviceRecord(workspaceID, st)
+		prev, known := byName[st.Name]
+		if err := holdToAllotted(&v, prev, known); err != nil {
+			s.log.Warn("runner reported a service port it was not given", "workspace", workspaceID, "service", st.Name, "err", err)
+			refused[st.Name] = err
+		}
 		s.recordService(ctx, v)
 		out = append(out, v)
 		seen[st.Name] = true
 	}
 	if !all {
-		return out
-	}
-	stored, err := s.store.ListServices(ctx, workspaceID)
-	if err != nil {
-		s.log.Error("list services", "workspace", workspaceID, "err", err)
-		return out
+		return out, refused
 	}
 	for _, v := range stored {
 		if seen[v.Name] {
@@ -82,7 +100,7 @@ func (s *Server) recordServices(ctx context.Context, workspaceID string, reporte
 		}
 		out = append(out, v)
 	}
-	return out
+	return out, refused
 }
 
 func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
@@ -107,6 +125,9 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.bindRun(r.Context(), ws, &spec)
 	}
+	if err == nil {
+		err = s.startPort(r.Context(), ws.ID, &spec)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -119,6 +140,14 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := serviceRecord(ws.ID, st)
+	if err := holdToAllotted(&v, api.Service{Port: spec.Port}, true); err != nil {
+		s.recordService(r.Context(), v)
+		// Whatever the runner started is not this controller's service: it goes.
+		var stopped protocol.ServiceStatus
+		_ = call(r.Context(), c, protocol.OpServiceStop, epoch, protocol.ServiceStopArgs{Name: spec.Name}, &stopped)
+		writeError(w, err)
+		return
+	}
 	s.recordService(r.Context(), v)
 	writeJSON(w, http.StatusCreated, v)
 }
@@ -171,7 +200,7 @@ func (s *Server) refreshService(ctx context.Context, workspaceID string, c *hub.
 	}
 	for _, st := range list {
 		if st.Name == name {
-			s.recordService(ctx, serviceRecord(workspaceID, st))
+			s.recordServices(ctx, workspaceID, []protocol.ServiceStatus{st}, false)
 		}
 	}
 }
@@ -179,19 +208,27 @@ func (s *Server) refreshService(ctx context.Context, workspaceID string, c *hub.
 // services lists a workspace's services: live from its runner when connected (and recorded),
 // else as last recorded.
 func (s *Server) services(ctx context.Context, idOrName string) ([]api.Service, error) {
+	list, _, err := s.servicesChecked(ctx, idOrName)
+	return list, err
+}
+
+// servicesChecked is services that also says which of the runner's reports were refused.
+func (s *Server) servicesChecked(ctx context.Context, idOrName string) ([]api.Service, map[string]error, error) {
 	ws, err := s.workspace(ctx, idOrName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, ok := s.hub.Get(ws.AllocationID)
 	if !ok || ws.State != api.StateReady {
-		return s.store.ListServices(ctx, ws.ID)
+		list, err := s.store.ListServices(ctx, ws.ID)
+		return list, nil, err
 	}
 	var list []protocol.ServiceStatus
 	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.recordServices(ctx, ws.ID, list, true), nil
+	out, refused := s.reconcileServices(ctx, ws.ID, list, true)
+	return out, refused, nil
 }
 
 func (s *Server) handleServiceList(w http.ResponseWriter, r *http.Request) {
@@ -201,19 +238,6 @@ func (s *Server) handleServiceList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, list)
-}
-
-func (s *Server) service(ctx context.Context, idOrName, name string) (api.Service, error) {
-	list, err := s.services(ctx, idOrName)
-	if err != nil {
-		return api.Service{}, err
-	}
-	for _, v := range list {
-		if v.Name == name {
-			return v, nil
-		}
-	}
-	return api.Service{}, protocol.Errorf(protocol.CodeNotFound, "workspace %s has no service %q", idOrName, name)
 }
 
 // handleServiceLogs streams a service's log bytes from ?offset=N (with ?follow=true, until the
@@ -304,9 +328,23 @@ func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v, err := s.service(r.Context(), ws.ID, r.PathValue("name"))
+	name := r.PathValue("name")
+	list, refused, err := s.servicesChecked(r.Context(), ws.ID)
+	if err == nil && refused[name] != nil {
+		err = refused[name]
+	}
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	var v api.Service
+	for _, x := range list {
+		if x.Name == name {
+			v = x
+		}
+	}
+	if v.Name == "" {
+		writeError(w, protocol.Errorf(protocol.CodeNotFound, "workspace %s has no service %q", ws.Name, name))
 		return
 	}
 	if v.State != protocol.ServiceReady || v.Port == 0 {
@@ -319,6 +357,9 @@ func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ep, err := prov.Endpoint(r.Context(), ws.AllocationID, v.Port)
+	if err == nil {
+		err = s.ownAddress(ep.URL)
+	}
 	if err != nil {
 		writeError(w, err)
 		return

@@ -188,7 +188,7 @@ func TestServiceLogFollowSurvivesADrop(t *testing.T) {
 	c := startController(t, serveOpts{extraArgs: []string{"--advertise-url", p.URL()}})
 	p.setTarget(c.Addr)
 	ws := c.createWorkspace(t, "--name", "logs")
-	c.mustCLI(t, "service", "start", ws.ID, "counter", "--", "sh", "-c", "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo line $i; sleep 0.01; done; sleep 300")
+	c.mustCLI(t, "service", "start", ws.ID, "counter", "--ready", "none", "--", "sh", "-c", "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo line $i; sleep 0.01; done; sleep 300")
 	follow := c.cliCmd("service", "logs", ws.ID, "counter", "--follow")
 	var out syncBuffer
 	follow.Stdout = &out
@@ -215,11 +215,11 @@ func TestServiceStopsWhenItsRunFinishes(t *testing.T) {
 	c := startController(t, serveOpts{})
 	ws := c.createWorkspace(t)
 
-	r := c.cli(t, nil, "service", "start", ws.ID, "orphan", "--stop", "on-run-finish", "--", "sleep", "60")
+	r := c.cli(t, nil, "service", "start", ws.ID, "orphan", "--ready", "none", "--stop", "on-run-finish", "--", "sleep", "60")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "error: conflict:") {
 		t.Fatalf("on-run-finish with no running run: %+v", r)
 	}
-	r = c.cli(t, nil, "service", "start", ws.ID, "orphan", "--run", "run_doesnotexist", "--", "sleep", "60")
+	r = c.cli(t, nil, "service", "start", ws.ID, "orphan", "--ready", "none", "--run", "run_doesnotexist", "--", "sleep", "60")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "error: not_found:") {
 		t.Fatalf("on-run-finish with an unknown run: %+v", r)
 	}
@@ -244,13 +244,13 @@ func TestServiceStopsWhenItsRunFinishes(t *testing.T) {
 		return runID != ""
 	})
 	var svc api.Service
-	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "start", ws.ID, "helper", "--stop", "on-run-finish", "--json", "--", "sleep", "60")), &svc); err != nil {
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "start", ws.ID, "helper", "--ready", "none", "--stop", "on-run-finish", "--json", "--", "sleep", "60")), &svc); err != nil {
 		t.Fatal(err)
 	}
 	if svc.State != "ready" || svc.PID == 0 {
 		t.Fatalf("helper: %+v", svc)
 	}
-	manual := c.mustCLI(t, "service", "start", ws.ID, "keeper", "--", "sleep", "60")
+	manual := c.mustCLI(t, "service", "start", ws.ID, "keeper", "--ready", "none", "--", "sleep", "60")
 	if !strings.Contains(manual, "ready") {
 		t.Fatalf("keeper: %s", manual)
 	}
@@ -290,7 +290,7 @@ func TestServiceStopsWhenItsRunFinishes(t *testing.T) {
 func TestServiceLogGapIsSaid(t *testing.T) {
 	c := startController(t, serveOpts{})
 	ws := c.createWorkspace(t)
-	c.mustCLI(t, "service", "start", ws.ID, "chatty", "--log-bytes", "4096", "--",
+	c.mustCLI(t, "service", "start", ws.ID, "chatty", "--ready", "none", "--log-bytes", "4096", "--",
 		"sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; sleep 60")
 	eventually(t, 20*time.Second, "the whole output in the log", func() bool {
 		return strings.Contains(c.mustCLI(t, "service", "logs", ws.ID, "chatty"), "line-1999\n")

@@ -36,10 +36,10 @@ type ServiceSpec struct {
 	Argv    []string `json:"argv"`
 	Cwd     string   `json:"cwd,omitempty"`      // workspace-relative, guarded
 	Env     []string `json:"env,omitempty"`      // K=V
-	Port    int      `json:"port,omitempty"`     // 0: auto (the runner picks a free port)
+	Port    int      `json:"port,omitempty"`     // the controller sends the port it allotted; 0: the runner picks
 	PortEnv string   `json:"port_env,omitempty"` // variable the port is passed in, default PORT
-	// Ready is "http:PATH" (a 2xx/3xx answer on 127.0.0.1:PORT), "tcp" (a connection), or ""
-	// (started is ready).
+	// Ready is "http:PATH" (a 2xx/3xx answer on 127.0.0.1:PORT), "tcp" (a connection accepted
+	// on the port; also what "" means) or "none" (started is ready: only when asked for).
 	Ready         string   `json:"ready,omitempty"`
 	ReadyTimeout  Duration `json:"ready_timeout,omitempty"`  // default 30s
 	ReadyInterval Duration `json:"ready_interval,omitempty"` // default 100ms

@@ -32,7 +32,7 @@ func newServiceStartCmd(c *cli) *cobra.Command {
 	var readyTimeout time.Duration
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "start ID NAME [--port N|auto] [--ready http:/PATH|tcp] [--env K=V]... [--restart on-failure] -- CMD [ARG...]",
+		Use:   "start ID NAME [--port N|auto] [--ready http:/PATH|tcp|none] [--env K=V]... [--restart on-failure] -- CMD [ARG...]",
 		Short: "Start a service and return once it is observed ready (or exit non-zero with why it failed)",
 		Args: func(cmd *cobra.Command, a []string) error {
 			if len(a) < 3 || cmd.ArgsLenAtDash() != 2 {
@@ -55,8 +55,8 @@ func newServiceStartCmd(c *cli) *cobra.Command {
 				}
 				spec.Port = n
 			}
-			if r := spec.Ready; r != "" && r != "tcp" && !strings.HasPrefix(r, "http:") {
-				return usageError{fmt.Errorf("--ready %q: want http:/PATH or tcp", r)}
+			if r := spec.Ready; r != "" && r != "tcp" && r != "none" && !strings.HasPrefix(r, "http:") {
+				return usageError{fmt.Errorf("--ready %q: want http:/PATH, tcp or none", r)}
 			}
 			if r := spec.Restart; r != "" && r != "never" && r != "on-failure" {
 				return usageError{fmt.Errorf("--restart %q: want never or on-failure", r)}
@@ -81,7 +81,7 @@ func newServiceStartCmd(c *cli) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&port, "port", "auto", "port the service listens on, or auto (a free one, passed as $PORT)")
 	f.StringVar(&spec.PortEnv, "port-env", "", "environment variable the port is passed in (default PORT)")
-	f.StringVar(&spec.Ready, "ready", "", "readiness check: http:/PATH (a 2xx/3xx answer) or tcp (a connection); none: started is ready")
+	f.StringVar(&spec.Ready, "ready", "", "readiness check: tcp (default: a connection accepted on the port), http:/PATH (a 2xx/3xx answer) or none (started is ready, for a service with no port)")
 	f.DurationVar(&readyTimeout, "ready-timeout", 0, "how long the service may take to get ready (default 30s)")
 	f.StringArrayVarP(&spec.Env, "env", "e", nil, "set an environment variable (KEY=VALUE), repeatable")
 	f.StringVar(&spec.Cwd, "cwd", "", "working directory, relative to the workspace root")

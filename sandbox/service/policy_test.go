@@ -54,7 +54,7 @@ func TestIdleServiceStopsItself(t *testing.T) {
 
 func TestManualServiceIsNotStoppedWhenIdle(t *testing.T) {
 	m := newManager(t)
-	if _, err := m.Start(context.Background(), protocol.ServiceSpec{Name: "quiet", Argv: []string{"sleep", "60"}}, os.Environ()); err != nil {
+	if _, err := m.Start(context.Background(), protocol.ServiceSpec{Name: "quiet", Argv: []string{"sleep", "60"}, Ready: ReadyNone}, os.Environ()); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := m.Get("quiet")
@@ -69,9 +69,9 @@ func TestRunFinishedStopsOnlyItsServices(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
 	for _, spec := range []protocol.ServiceSpec{
-		{Name: "a", Argv: []string{"sleep", "60"}, StopPolicy: StopOnRunFinish, Run: "run-1"},
-		{Name: "b", Argv: []string{"sleep", "60"}, StopPolicy: StopOnRunFinish, Run: "run-2"},
-		{Name: "c", Argv: []string{"sleep", "60"}},
+		{Name: "a", Argv: []string{"sleep", "60"}, Ready: ReadyNone, StopPolicy: StopOnRunFinish, Run: "run-1"},
+		{Name: "b", Argv: []string{"sleep", "60"}, Ready: ReadyNone, StopPolicy: StopOnRunFinish, Run: "run-2"},
+		{Name: "c", Argv: []string{"sleep", "60"}, Ready: ReadyNone},
 	} {
 		if _, err := m.Start(ctx, spec, os.Environ()); err != nil {
 			t.Fatal(err)

@@ -24,6 +24,10 @@ const (
 	DefaultReadyInterval = 100 * time.Millisecond
 	DefaultMaxRestarts   = 3
 	DefaultGrace         = 5 * time.Second
+	// ReadyTCP (the default) is ready once a connection to the port is accepted; ReadyNone,
+	// only when asked for, takes a started process as ready (a worker with no port).
+	ReadyTCP  = "tcp"
+	ReadyNone = "none"
 	// stderrTailBytes is how much of a failed service's stderr is reported.
 	stderrTailBytes = 4 << 10
 	// goneTimeout bounds how long a killed group and its port may take to disappear.
@@ -182,13 +186,17 @@ func normalize(spec *protocol.ServiceSpec) error {
 		spec.PortEnv = "PORT"
 	}
 	switch {
-	case spec.Ready == "", spec.Ready == "tcp":
+	case spec.Ready == "":
+		// A started process is not yet a service: without a check asked for, ready means
+		// something accepts connections on the service's port.
+		spec.Ready = ReadyTCP
+	case spec.Ready == ReadyTCP, spec.Ready == ReadyNone:
 	case strings.HasPrefix(spec.Ready, "http:"):
 		if !strings.HasPrefix(strings.TrimPrefix(spec.Ready, "http:"), "/") {
 			return bad("readiness %q: the path must start with /", spec.Ready)
 		}
 	default:
-		return bad("readiness %q: want http:PATH or tcp", spec.Ready)
+		return bad("readiness %q: want http:PATH, tcp or none", spec.Ready)
 	}
 	if spec.ReadyTimeout <= 0 {
 		spec.ReadyTimeout = protocol.Duration(DefaultReadyTimeout)

@@ -153,7 +153,7 @@ func (s *Service) supervise() {
 				s.finish(protocol.ServiceFailed, fmt.Sprintf("not ready after %s; %v", time.Duration(s.spec.ReadyTimeout), err), true)
 				return
 			}
-			s.finish(protocol.ServiceFailed, fmt.Sprintf("not ready after %s (%s); killed", time.Duration(s.spec.ReadyTimeout), s.spec.Ready), true)
+			s.finish(protocol.ServiceFailed, fmt.Sprintf("not ready after %s: %s; killed", time.Duration(s.spec.ReadyTimeout), s.readyCheck()), true)
 			return
 		case readyOK:
 			s.update(func(st *protocol.ServiceStatus) {
@@ -282,9 +282,9 @@ func (s *Service) probe(ctx context.Context) bool {
 	defer cancel()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	switch {
-	case s.spec.Ready == "":
+	case s.spec.Ready == ReadyNone:
 		return true
-	case s.spec.Ready == "tcp":
+	case s.spec.Ready == ReadyTCP:
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -305,6 +305,14 @@ func (s *Service) probe(ctx context.Context) bool {
 		resp.Body.Close()
 		return resp.StatusCode >= 200 && resp.StatusCode < 400
 	}
+}
+
+// readyCheck says what readiness waited for, to name it when it never came.
+func (s *Service) readyCheck() string {
+	if s.spec.Ready == ReadyTCP {
+		return fmt.Sprintf("nothing accepted a connection on its port 127.0.0.1:%d (the command is given it in $%s)", s.port, s.spec.PortEnv)
+	}
+	return fmt.Sprintf("no 2xx/3xx answer to GET http://127.0.0.1:%d%s (the command is given its port in $%s)", s.port, s.spec.Ready[len("http:"):], s.spec.PortEnv)
 }
 
 // stop ends a running service on request: SIGTERM to the group, SIGKILL after the grace, then
