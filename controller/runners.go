@@ -96,6 +96,9 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	hello, version, err := s.acceptHello(sess, alloc, hashToken(token))
 	if err != nil {
 		s.log.Warn("runner hello refused", "allocation", alloc.ID, "err", err)
+		// Released before the connection closes: a runner that sees the close and dials again
+		// must not find the allocation still reserved for the connection it was refused on.
+		release()
 		return
 	}
 	ctx := s.ctx

@@ -218,11 +218,24 @@ func (s *DB) GetAllocation(ctx context.Context, id string) (store.Allocation, er
 	return a, err
 }
 
+// UpdateAllocation never takes an allocation out of a final state (destroyed; failed, except to
+// destroyed): the condition is in the UPDATE itself, so a writer that read "connected" a moment
+// before someone destroyed the allocation cannot bring it back to life — and with it the
+// session token a destroyed allocation's runner holds.
 func (s *DB) UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error {
 	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE allocations SET state = ?, root = CASE WHEN CAST(? AS TEXT) = '' THEN root ELSE ? END,
-		runner_version = CASE WHEN CAST(? AS TEXT) = '' THEN runner_version ELSE ? END, updated_at = ? WHERE id = ?`),
-		state, root, root, runnerVersion, runnerVersion, s.now(), id)
-	return affected(res, err, "allocation", id)
+		runner_version = CASE WHEN CAST(? AS TEXT) = '' THEN runner_version ELSE ? END, updated_at = ?
+		WHERE id = ? AND (state NOT IN (?, ?) OR state = ? OR (state = ? AND CAST(? AS TEXT) = ?))`),
+		state, root, root, runnerVersion, runnerVersion, s.now(), id,
+		store.AllocDestroyed, store.AllocFailed, state, store.AllocFailed, state, store.AllocDestroyed)
+	if err := affected(res, err, "allocation", id); protocol.CodeOf(err) != protocol.CodeNotFound {
+		return err
+	}
+	a, err := s.GetAllocation(ctx, id)
+	if err != nil {
+		return err
+	}
+	return protocol.Errorf(protocol.CodeConflict, "allocation %s is %s, which it stays: it cannot become %s", id, a.State, state)
 }
 
 func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {

@@ -214,6 +214,19 @@ func testAllocationBySession(t *testing.T, s store.Store) {
 		}
 		_, err := s.AllocationBySession(ctx, session)
 		wantCode(t, "session of a "+state+" allocation", err, protocol.CodeRevoked)
+		// A final state stays: a runner's disconnect recorded late cannot revive the session.
+		wantCode(t, state+" allocation made disconnected", s.UpdateAllocation(ctx, a.ID, store.AllocDisconnected, "", ""), protocol.CodeConflict)
+		_, err = s.AllocationBySession(ctx, session)
+		wantCode(t, "session of a "+state+" allocation after a late disconnect", err, protocol.CodeRevoked)
+		if err := s.UpdateAllocation(ctx, a.ID, state, "", ""); err != nil {
+			t.Fatalf("%s again: %v", state, err)
+		}
+	}
+	_, failed := create(t, s, "failed-then-destroyed", base)
+	for _, state := range []string{store.AllocFailed, store.AllocDestroyed} {
+		if err := s.UpdateAllocation(ctx, failed.ID, state, "", ""); err != nil {
+			t.Fatalf("a failed allocation made %s: %v", state, err)
+		}
 	}
 }
 
