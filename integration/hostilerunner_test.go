@@ -156,6 +156,17 @@ func TestHostileRunner(t *testing.T) {
 	})
 	honestWorks("lying captures")
 
+	// A runner that says the service it was given a port for listens on the controller's own
+	// port: refused, and no endpoint is published.
+	t.Run("spoof-port", func(t *testing.T) {
+		ws := h.workspace(t, "spoof-port")
+		res := h.c.cli(t, nil, "service", "start", ws.ID, "web", "--port", "auto", "--", "sleep", "600")
+		check("spoofed service port", res.Code != 0 && strings.Contains(res.Stderr, "error: conflict:"),
+			"service start: code %d, stderr %q; want error conflict", res.Code, res.Stderr)
+		res = h.c.cli(t, nil, "service", "endpoint", ws.ID, "web")
+		check("spoofed service endpoint", res.Code != 0, "service endpoint: code %d, stdout %q", res.Code, res.Stdout)
+	})
+
 	// Floods: the runner opens 150 streams at once, announcing 4 MiB frames and sending all
 	// but the last byte, or sending junk after a valid request and never closing. Each runner is
 	// cut off once over budget, with an event; memory stays bounded.

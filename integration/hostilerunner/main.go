@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,6 +244,21 @@ func (h *hostile) handle(st *yamux.Stream) {
 	case protocol.OpSetEpoch:
 		h.epoch = max(h.epoch, hdr.Epoch)
 		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true})
+	case protocol.OpServiceList:
+		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(`[]`)})
+	case protocol.OpServiceStart:
+		// Claims the service listens on the controller's own port, whatever port it was given.
+		var spec protocol.ServiceSpec
+		_ = json.Unmarshal(hdr.Args, &spec)
+		port := 0
+		if u, err := url.Parse(os.Getenv(protocol.EnvControllerURL)); err == nil {
+			port, _ = strconv.Atoi(u.Port())
+		}
+		now := time.Now().UTC()
+		raw, _ := json.Marshal(protocol.ServiceStatus{Name: spec.Name, State: protocol.ServiceReady, PID: os.Getpid(),
+			Port: port, StartedAt: now, ReadyAt: now, Spec: spec})
+		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: raw})
+		h.report(map[string]any{"mode": h.mode, "event": "spoofed", "given": spec.Port, "claimed": port})
 	case protocol.OpSnapshotCapture:
 		var args protocol.SnapshotCaptureArgs
 		_ = json.Unmarshal(hdr.Args, &args)
