@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"path"
@@ -224,8 +225,16 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 		s.log.Warn("saved file read cut off", "snapshot", snap.ID, "path", e.Path, "what", what, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	sum := sha256.New()
-	if _, err := io.CopyN(sum, tr, off); err != nil {
+	// A sparse entry's manifest digest is not a SHA-256 of its bytes (snapshot.ContentHash).
+	// The whole-file SHA-256 goes out as a trailer, so for a sparse entry it is computed
+	// beside the digest that is checked.
+	sum := snapshot.ContentHash(e)
+	plain, both := hash.Hash(sum), io.Writer(sum)
+	if e.Sparse {
+		plain = sha256.New()
+		both = io.MultiWriter(sum, plain)
+	}
+	if _, err := io.CopyN(both, tr, off); err != nil {
 		cut("skip to the range", err)
 	}
 	// All but the last byte go out now; the last one only once the whole entry checked out.
@@ -233,15 +242,15 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 	if held > 0 {
 		held = 1
 	}
-	if _, err := io.CopyN(io.MultiWriter(w, sum), tr, n-held); err != nil {
+	if _, err := io.CopyN(io.MultiWriter(w, both), tr, n-held); err != nil {
 		cut("stream", err)
 	}
 	last := make([]byte, held)
 	if _, err := io.ReadFull(tr, last); err != nil {
 		cut("stream", err)
 	}
-	sum.Write(last)
-	if _, err := io.CopyN(sum, tr, e.Size-off-n); err != nil {
+	both.Write(last)
+	if _, err := io.CopyN(both, tr, e.Size-off-n); err != nil {
 		cut("hash the rest of the entry", err)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != e.SHA256 {
@@ -251,7 +260,7 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 		cut("stream", err)
 	}
 	if !ranged {
-		w.Header().Set(HeaderSHA256, e.SHA256)
+		w.Header().Set(HeaderSHA256, hex.EncodeToString(plain.Sum(nil)))
 	}
 }
 

@@ -140,6 +140,16 @@ func sameContent(ctx context.Context, root *fsguard.Root, e *Entry, want stabler
 	if !stableread.Unchanged(want, stableread.FromStat(&st)) {
 		return fenceChanged(e.Path, "changed (its size, times or inode moved)")
 	}
+	if e.Sparse {
+		got, err := sparseDigest(ctx, f, want.Size, buf)
+		if err != nil {
+			return fmt.Errorf("read %s again: %w", e.Path, err)
+		}
+		if got != e.SHA256 {
+			return fenceChanged(e.Path, "changed (its content differs from what was archived)")
+		}
+		return nil
+	}
 	h := sha256.New()
 	n, err := io.CopyBuffer(h, io.LimitReader(ctxio.Reader{Ctx: ctx, R: f}, want.Size+1), buf)
 	if err != nil {

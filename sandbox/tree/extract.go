@@ -127,7 +127,8 @@ func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, s
 		if maxBytes > 0 && stats.Bytes+h.Size > maxBytes {
 			return invalid(name, fmt.Sprintf("archive holds more than %d bytes of files", maxBytes))
 		}
-		res, err := s.Dir.WriteFile(ctx, name, tr, entryMode(h), fsguard.WriteOptions{MTime: h.ModTime, NoSync: true})
+		opts := fsguard.WriteOptions{MTime: h.ModTime, NoSync: true, Sparse: tarstream.IsSparse(h)}
+		res, err := s.Dir.WriteFile(ctx, name, tr, entryMode(h), opts)
 		if err != nil {
 			return err
 		}

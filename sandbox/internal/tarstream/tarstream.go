@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -130,6 +131,11 @@ func (r *Reader) Next() (*tar.Header, error) {
 			return nil, fmt.Errorf("read archive: %w", err)
 		}
 		r.entryEnd = r.counted.N + PaddedSize(h)
+		if IsSparse(h) {
+			// archive/tar gives a sparse entry's logical size and keeps its physical size
+			// (map and data) to itself: the end of its header is all that is known.
+			r.entryEnd = r.counted.N
+		}
 		if h.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
@@ -148,6 +154,17 @@ func PaddedSize(h *tar.Header) int64 {
 		return 0 // header-only types: archive/tar ignores their size field
 	}
 	return (h.Size + BlockSize - 1) / BlockSize * BlockSize
+}
+
+// IsSparse says whether archive/tar read h from a GNU sparse entry (PAX formats 0.x and 1.0):
+// its data then reads as the file's logical bytes, holes as zeros.
+func IsSparse(h *tar.Header) bool {
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // CountingReader counts the bytes read through it.
