@@ -55,6 +55,7 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 	if chk.ActiveServices > 0 {
 		chk.Reasons = append(chk.Reasons, fmt.Sprintf("%d service(s) running: close stops them (verified) before its final save", chk.ActiveServices))
 	}
+	blocked := false
 	chk.PendingChanges, err = s.treeChanged(ctx, ws, c, last)
 	switch {
 	case protocol.CodeOf(err) == protocol.CodeChangedDuringCapture:
@@ -62,13 +63,17 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 		// runs and services have stopped.
 		chk.PendingChanges = true
 		chk.Reasons = append(chk.Reasons, "the tree is being written to: "+protocol.AsError(err).Message)
+	case protocol.CodeOf(err) == protocol.CodeReservedName:
+		// Unsaved by definition, and no capture can save it as it is: close refuses.
+		chk.PendingChanges, blocked = true, true
+		chk.Reasons = append(chk.Reasons, "cannot be saved: "+protocol.AsError(err).Message)
 	case err != nil:
 		return chk, err
 	}
 	if chk.PendingChanges {
 		chk.Reasons = append(chk.Reasons, "changes since the last snapshot: close captures one first")
 	}
-	chk.Ready = chk.ActiveRuns == 0
+	chk.Ready = chk.ActiveRuns == 0 && !blocked
 	return chk, nil
 }
 

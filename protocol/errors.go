@@ -40,9 +40,9 @@ const (
 	// CodePermissionDenied: the workspace's own user may not act on that file (the runner acts
 	// on files with the agent's rights, never more).
 	CodePermissionDenied Code = "permission_denied"
-	// CodeNoSpace: the target's filesystem has too little free space for what was asked (a
-	// restore whose files' length exceeds it is refused before anything is written).
-	CodeNoSpace Code = "no_space"
+	// CodeReservedName: the workspace holds a name the snapshot format keeps for itself (the
+	// manifest's, at the root); saving it fails, naming the file, rather than leave it out.
+	CodeReservedName Code = "reserved_name"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -75,7 +75,7 @@ var exitCodes = map[Code]int{
 	CodeLeaseHeld:            26,
 	CodeDigestMismatch:       27,
 	CodePermissionDenied:     28,
-	CodeNoSpace:              29,
+	CodeReservedName:         30,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

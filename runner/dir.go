@@ -14,7 +14,7 @@ func (r *Runner) resolveDir(rel string) (string, func(), error) {
 	if rel == "" {
 		rel = "."
 	}
-	root, err := fsguard.Open(r.root)
+	root, err := fsguard.Open(r.root, fsguard.WithHolds(r.holds))
 	if err != nil {
 		return "", nil, err
 	}

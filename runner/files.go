@@ -24,7 +24,7 @@ const defaultFileMode = 0o644
 
 // withRoot opens the workspace root for one operation.
 func (r *Runner) withRoot(fn func(root *fsguard.Root) error) error {
-	root, err := fsguard.Open(r.root)
+	root, err := fsguard.Open(r.root, fsguard.WithHolds(r.holds))
 	if err != nil {
 		return err
 	}

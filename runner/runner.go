@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
+	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/service"
 )
 
@@ -50,6 +51,9 @@ type Runner struct {
 	root string
 	// ctl is how the controller is dialed (a unix socket's directory is opened in New).
 	ctl *controllerDial
+	// holds are the runner's own temporary files and staging directories in the workspace while
+	// a write or restore is in flight: the only reserved-looking names a capture leaves out.
+	holds *fsguard.Holds
 
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
@@ -78,7 +82,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
-	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root}
+	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
 	r.services = service.NewManager(r.resolveDir)
 	r.services.Confiner = r
 	ctl, err := newControllerDial(cfg.ControllerURL)

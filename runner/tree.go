@@ -17,7 +17,7 @@ func (r *Runner) treeImport(ctx context.Context, st *yamux.Stream, h protocol.He
 	if err := decodeArgs(h, &args); err != nil {
 		return protocol.TreeImportResult{}, err
 	}
-	root, err := fsguard.Open(r.root)
+	root, err := fsguard.Open(r.root, fsguard.WithHolds(r.holds))
 	if err != nil {
 		return protocol.TreeImportResult{}, err
 	}

@@ -62,6 +62,8 @@ type Root struct {
 	want Resolver
 	// walk is set when openat2 is unavailable or the walk was asked for.
 	walk atomic.Bool
+	// holds, when set, records the temporary files and staging directories made through it.
+	holds *Holds
 }
 
 var errClosed = errors.New("fsguard: root is closed")
@@ -116,7 +118,7 @@ func (r *Root) pickResolver() error {
 
 // subRoot wraps a descriptor already resolved beneath r.
 func (r *Root) subRoot(fd int, name string) *Root {
-	s := &Root{fd: fd, name: name, want: r.want}
+	s := &Root{fd: fd, name: name, want: r.want, holds: r.holds}
 	s.walk.Store(r.walk.Load())
 	return s
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -49,13 +48,11 @@ type WriteOptions struct {
 	// published. A filesystem without extended attributes (ENOTSUP) is not
 	// an error: the attributes are a label, not a guarantee.
 	Xattrs map[string]string
-	// Sparse leaves every aligned all-zero block (HoleBlock) of the content as a hole
-	// instead of writing it, so a file restored from a sparse archive takes the blocks its
-	// data needs, not its length.
-	Sparse bool
-	// Hash, when set, is the digest WriteResult.SHA256 reports (in hex) instead of SHA-256:
-	// for callers whose content has a digest of its own, so nothing is hashed twice.
-	Hash hash.Hash
+	// ReservedName allows a destination whose name starts with TempPrefix: a restore puts back
+	// such a file, which an agent made and a snapshot archived.
+	ReservedName bool
+	// holds is the root's: the temporary file is held while it exists.
+	holds *Holds
 }
 
 // WriteResult describes the bytes written.
@@ -73,10 +70,11 @@ type WriteResult struct {
 func (r *Root) WriteFile(ctx context.Context, rel string, src io.Reader, mode fs.FileMode, opts WriteOptions) (WriteResult, error) {
 	var res WriteResult
 	err := r.withParent(rel, func(pfd int, name, clean string) error {
-		if strings.HasPrefix(name, TempPrefix) {
+		if strings.HasPrefix(name, TempPrefix) && !opts.ReservedName {
 			return newError(CodeInvalidArgument, clean, "name is reserved for temporary files", nil)
 		}
 		var err error
+		opts.holds = r.holds
 		res, err = writeAt(ctx, pfd, name, clean, src, mode, opts)
 		return err
 	})
@@ -111,10 +109,11 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	}
 	defer unix.Close(dfd)
 
-	tmp, f, err := createTemp(pfd, clean)
+	tmp, f, unhold, err := opts.holds.createHeldTemp(pfd, clean)
 	if err != nil {
 		return WriteResult{}, err
 	}
+	defer unhold() // deferred first, so it runs once the file is published or removed
 	published := false
 	defer func() {
 		f.Close()
@@ -126,20 +125,7 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if opts.MaxBytes > 0 {
 		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
 	}
-	var dst io.Writer = f
-	var holes *holeWriter
-	if opts.Sparse {
-		holes = newHoleWriter(f)
-		dst = holes
-	}
-	h := opts.Hash
-	if h == nil {
-		h = sha256.New()
-	}
-	res, err := copyHashed(ctx, dst, src, h)
-	if err == nil && holes != nil {
-		err = holes.finish()
-	}
+	res, err := copyHashed(ctx, f, src)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
 	}
@@ -227,7 +213,8 @@ func createTemp(pfd int, clean string) (string, *os.File, error) {
 	}
 }
 
-func copyHashed(ctx context.Context, dst io.Writer, src io.Reader, h hash.Hash) (WriteResult, error) {
+func copyHashed(ctx context.Context, dst io.Writer, src io.Reader) (WriteResult, error) {
+	h := sha256.New()
 	buf := make([]byte, 256<<10)
 	var n int64
 	for {

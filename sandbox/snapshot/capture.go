@@ -96,7 +96,7 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	c.tw, c.raw = tar.NewWriter(enc), enc
+	c.tw = tar.NewWriter(enc)
 	if err := c.run(root); err != nil {
 		// Stop feeding w: the encoder's buffered blocks go nowhere.
 		enc.Reset(io.Discard)
@@ -117,7 +117,6 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 type capturer struct {
 	ctx context.Context
 	tw  *tar.Writer
-	raw io.Writer // what tw writes to: sparse entries are written there (sparse.go)
 	m   *Manifest
 	buf []byte
 	// fence re-checks every archived entry once the walk is done (fence.go).
@@ -174,8 +173,9 @@ func (c *capturer) walk(d *fsguard.Root, rel string, before *unix.Stat_t, inGit 
 			return err
 		}
 		st := fi.Sys().(*unix.Stat_t)
-		if reserved(name) {
-			c.skip(p, st.Mode, "reserved name")
+		if skip, err := c.reservedEntry(d, rel, name, p, st); err != nil {
+			return err
+		} else if skip {
 			continue
 		}
 		switch st.Mode & unix.S_IFMT {
@@ -256,13 +256,6 @@ func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
 		return newError(CodeChangedDuringCapture, p, "file replaced while it was archived", nil)
 	}
 	mt := time.Unix(before.Mtime.Unix()).UTC()
-	if rs := sparseRegions(f, rd); rs != nil {
-		if err := c.copySparse(p, f, rd, rs, mt); err != nil {
-			return err
-		}
-		c.fence.add(len(c.m.Entries)-1, before, rd.Racy())
-		return nil
-	}
 	h := &tar.Header{Name: p, Typeflag: tar.TypeReg, Size: before.Size, Mode: int64(before.Mode & 0o7777), ModTime: mt, Format: tar.FormatPAX}
 	if err := c.tw.WriteHeader(h); err != nil {
 		return fmt.Errorf("write archive: %w", err)

@@ -16,9 +16,11 @@ import (
 	"github.com/tetherhq/tether/sandbox/internal/staging"
 )
 
-// ManifestName is the name of the archive's last entry. A workspace entry
-// with a reserved name (this one, fsguard.TempPrefix*, staging.Prefix*)
-// at any level is skipped by Capture and refused by Restore.
+// ManifestName is the name of the archive's last entry. A workspace file
+// of this name at the root fails a capture (CodeReservedName); anywhere
+// else, it and names like Tether's temporary files (fsguard.TempPrefix*,
+// staging.Prefix*) are archived and restored like any other, but for the
+// runner's own in-flight ones (fsguard.Holds), which are skipped.
 const ManifestName = ".tether-manifest.json"
 
 // FormatVersion is the manifest version Capture writes and Restore reads.
@@ -42,9 +44,6 @@ type Entry struct {
 	SHA256     string    `json:"sha256,omitempty"`
 	LinkTarget string    `json:"link_target,omitempty"`
 	MTime      time.Time `json:"mtime"`
-	// Sparse says the file was archived in the GNU sparse format; its SHA256 is then not
-	// the SHA-256 of its bytes but ContentHash's digest, which skips zero blocks (sparse.go).
-	Sparse bool `json:"sparse,omitempty"`
 }
 
 // Skipped is a path Capture left out, and why.
@@ -103,7 +102,6 @@ const (
 	CodeTooLarge             = "too_large"
 	CodeUnsupported          = "unsupported"
 	CodeExists               = "exists"
-	CodeNoSpace              = "no_space"
 )
 
 // Error is a capture or restore failure with a typed code; Path is the
@@ -146,8 +144,8 @@ func newError(code, path, msg string, err error) *Error {
 	return &Error{Code: code, Path: path, Message: msg, Err: err}
 }
 
-// reserved reports whether a single path component is a name Tether uses
-// for itself.
+// reserved reports whether a single path component looks like a name
+// Tether uses for itself.
 func reserved(name string) bool {
 	return name == ManifestName || strings.HasPrefix(name, fsguard.TempPrefix) || strings.HasPrefix(name, staging.Prefix)
 }

@@ -164,8 +164,9 @@ func (s *scanner) check(h *tar.Header) (Entry, error) {
 }
 
 // entryName checks that a header's name is a canonical, relative path
-// holding no name reserved for Tether, and returns it (without a
-// directory's trailing slash).
+// other than the manifest's, and returns it (without a directory's
+// trailing slash). Names like Tether's temporary ones are the agent's
+// files when archived (see reservedEntry).
 func entryName(h *tar.Header) (string, error) {
 	name := h.Name
 	if h.Typeflag == tar.TypeDir {
@@ -181,10 +182,8 @@ func entryName(h *tar.Header) (string, error) {
 	if clean != name || clean == "." {
 		return "", corrupt(name, "entry name is not in canonical form", nil)
 	}
-	for _, elem := range strings.Split(name, "/") {
-		if reserved(elem) {
-			return "", corrupt(name, "entry name is reserved for Tether", nil)
-		}
+	if name == ManifestName {
+		return "", corrupt(name, "an entry other than the manifest has the manifest's name", nil)
 	}
 	return name, nil
 }
@@ -200,7 +199,7 @@ func headerEntry(h *tar.Header, name string) (Entry, error) {
 	case tar.TypeDir:
 		e.Type = TypeDir
 	case tar.TypeReg:
-		e.Type, e.Size, e.Sparse = TypeFile, h.Size, tarstream.IsSparse(h)
+		e.Type, e.Size = TypeFile, h.Size
 		if h.Size < 0 {
 			return Entry{}, corrupt(name, "negative size", nil)
 		}
@@ -292,8 +291,6 @@ func entryDiff(want, got *Entry) string {
 		return fmt.Sprintf("mode %o, manifest says %o", got.Mode, want.Mode)
 	case want.Size != got.Size:
 		return fmt.Sprintf("size %d, manifest says %d", got.Size, want.Size)
-	case want.Sparse != got.Sparse:
-		return fmt.Sprintf("sparse %t, manifest says %t", got.Sparse, want.Sparse)
 	case want.SHA256 != got.SHA256:
 		return fmt.Sprintf("sha256 %s, manifest says %s", got.SHA256, want.SHA256)
 	case want.LinkTarget != got.LinkTarget:
@@ -328,9 +325,6 @@ type hashSink struct {
 func (hashSink) dir(*Entry) error     { return nil }
 func (hashSink) symlink(*Entry) error { return nil }
 func (h hashSink) file(e *Entry, r io.Reader) (string, int64, error) {
-	if e.Sparse {
-		return hashSparse(h.ctx, e, r, h.buf)
-	}
 	return hashContent(h.ctx, r, h.buf)
 }
 

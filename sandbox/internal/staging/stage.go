@@ -39,6 +39,9 @@ type Stage struct {
 	name   string        // the staging directory's name in parent
 	Dir    *fsguard.Root // confined to the staging directory
 	dirs   map[string]DirMeta
+	// unhold ends the parent's hold on the staging directory (fsguard.Holds): until Close, a
+	// snapshot of the tree leaves it out as the runner's own, unfinished work.
+	unhold func()
 }
 
 // New creates a staging directory (mode 0700) in parent.
@@ -46,15 +49,17 @@ func New(parent *fsguard.Root) (*Stage, error) {
 	var b [12]byte
 	rand.Read(b[:])
 	name := Prefix + hex.EncodeToString(b[:])
-	if err := parent.Mkdir(name, 0o700); err != nil {
+	unhold, err := parent.MkdirHeld(name, 0o700)
+	if err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
 	dir, err := parent.OpenDir(name)
 	if err != nil {
 		parent.RemoveAll(name)
+		unhold()
 		return nil, fmt.Errorf("open staging directory: %w", err)
 	}
-	return &Stage{parent: parent, name: name, Dir: dir, dirs: map[string]DirMeta{}}, nil
+	return &Stage{parent: parent, name: name, Dir: dir, dirs: map[string]DirMeta{}, unhold: unhold}, nil
 }
 
 // Name is the staging directory's name in its parent.
@@ -74,6 +79,7 @@ func (s *Stage) SetDirMeta(name string, m DirMeta) bool {
 func (s *Stage) Close() {
 	s.Dir.Close()
 	s.parent.RemoveAll(s.name)
+	s.unhold()
 }
 
 // Publish sets directory metadata, makes the staged tree durable, and
