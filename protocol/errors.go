@@ -43,6 +43,9 @@ const (
 	// CodeReservedName: the workspace holds a name the snapshot format keeps for itself (the
 	// manifest's, at the root); saving it fails, naming the file, rather than leave it out.
 	CodeReservedName Code = "reserved_name"
+	// CodeNoSpace: the target's filesystem has too little free space for what was asked (a
+	// restore whose files' length exceeds it is refused before anything is written).
+	CodeNoSpace Code = "no_space"
 )
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
@@ -76,6 +79,7 @@ var exitCodes = map[Code]int{
 	CodeDigestMismatch:       27,
 	CodePermissionDenied:     28,
 	CodeReservedName:         30,
+	CodeNoSpace:              29,
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -48,6 +49,13 @@ type WriteOptions struct {
 	// published. A filesystem without extended attributes (ENOTSUP) is not
 	// an error: the attributes are a label, not a guarantee.
 	Xattrs map[string]string
+	// Sparse leaves every aligned all-zero block (HoleBlock) of the content as a hole
+	// instead of writing it, so a file restored from a sparse archive takes the blocks its
+	// data needs, not its length.
+	Sparse bool
+	// Hash, when set, is the digest WriteResult.SHA256 reports (in hex) instead of SHA-256:
+	// for callers whose content has a digest of its own, so nothing is hashed twice.
+	Hash hash.Hash
 	// ReservedName allows a destination whose name starts with TempPrefix: a restore puts back
 	// such a file, which an agent made and a snapshot archived.
 	ReservedName bool
@@ -125,7 +133,20 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if opts.MaxBytes > 0 {
 		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
 	}
-	res, err := copyHashed(ctx, f, src)
+	var dst io.Writer = f
+	var holes *holeWriter
+	if opts.Sparse {
+		holes = newHoleWriter(f)
+		dst = holes
+	}
+	h := opts.Hash
+	if h == nil {
+		h = sha256.New()
+	}
+	res, err := copyHashed(ctx, dst, src, h)
+	if err == nil && holes != nil {
+		err = holes.finish()
+	}
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", clean, err)
 	}
@@ -213,8 +234,7 @@ func createTemp(pfd int, clean string) (string, *os.File, error) {
 	}
 }
 
-func copyHashed(ctx context.Context, dst io.Writer, src io.Reader) (WriteResult, error) {
-	h := sha256.New()
+func copyHashed(ctx context.Context, dst io.Writer, src io.Reader, h hash.Hash) (WriteResult, error) {
 	buf := make([]byte, 256<<10)
 	var n int64
 	for {

@@ -96,7 +96,7 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	c.tw = tar.NewWriter(enc)
+	c.tw, c.raw = tar.NewWriter(enc), enc
 	if err := c.run(root); err != nil {
 		// Stop feeding w: the encoder's buffered blocks go nowhere.
 		enc.Reset(io.Discard)
@@ -117,6 +117,7 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 type capturer struct {
 	ctx context.Context
 	tw  *tar.Writer
+	raw io.Writer // what tw writes to: sparse entries are written there (sparse.go)
 	m   *Manifest
 	buf []byte
 	// fence re-checks every archived entry once the walk is done (fence.go).
@@ -256,6 +257,13 @@ func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
 		return newError(CodeChangedDuringCapture, p, "file replaced while it was archived", nil)
 	}
 	mt := time.Unix(before.Mtime.Unix()).UTC()
+	if rs := sparseRegions(f, rd); rs != nil {
+		if err := c.copySparse(p, f, rd, rs, mt); err != nil {
+			return err
+		}
+		c.fence.add(len(c.m.Entries)-1, before, rd.Racy())
+		return nil
+	}
 	h := &tar.Header{Name: p, Typeflag: tar.TypeReg, Size: before.Size, Mode: int64(before.Mode & 0o7777), ModTime: mt, Format: tar.FormatPAX}
 	if err := c.tw.WriteHeader(h); err != nil {
 		return fmt.Errorf("write archive: %w", err)

@@ -44,6 +44,9 @@ type Entry struct {
 	SHA256     string    `json:"sha256,omitempty"`
 	LinkTarget string    `json:"link_target,omitempty"`
 	MTime      time.Time `json:"mtime"`
+	// Sparse says the file was archived in the GNU sparse format; its SHA256 is then not
+	// the SHA-256 of its bytes but ContentHash's digest, which skips zero blocks (sparse.go).
+	Sparse bool `json:"sparse,omitempty"`
 }
 
 // Skipped is a path Capture left out, and why.
@@ -102,6 +105,7 @@ const (
 	CodeTooLarge             = "too_large"
 	CodeUnsupported          = "unsupported"
 	CodeExists               = "exists"
+	CodeNoSpace              = "no_space"
 )
 
 // Error is a capture or restore failure with a typed code; Path is the

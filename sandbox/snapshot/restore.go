@@ -25,6 +25,12 @@ type RestoreOptions struct {
 	// totals of the receipt's manifest.
 	MaxEntries int
 	MaxBytes   int64
+	// MaxApparentBytes, when positive, refuses a restore whose files' lengths add up to more
+	// (a sparse file counts its whole length) with too_large; lengths beyond the free space
+	// of the target's filesystem are refused with no_space. When MaxBytes announces the
+	// total, both are checked before anything is written; otherwise each file is, before it
+	// is written.
+	MaxApparentBytes int64
 }
 
 // Restore reads a snapshot stream (zstd, or plain tar) to its end,
@@ -43,7 +49,7 @@ func Restore(ctx context.Context, root *fsguard.Root, r io.Reader, opts RestoreO
 	if root == nil || r == nil {
 		return nil, newError(CodeInvalidArgument, "", "restore needs a root and a reader", nil)
 	}
-	if opts.MaxEntries < 0 || opts.MaxBytes < 0 {
+	if opts.MaxEntries < 0 || opts.MaxBytes < 0 || opts.MaxApparentBytes < 0 {
 		return nil, newError(CodeInvalidArgument, "", "negative limit", nil)
 	}
 	dir := opts.Dir
@@ -54,12 +60,21 @@ func Restore(ctx context.Context, root *fsguard.Root, r io.Reader, opts RestoreO
 	if err != nil {
 		return nil, err
 	}
+	room, err := newSpace(root, opts.MaxApparentBytes)
+	if err != nil {
+		return nil, err
+	}
+	if announced := *room; opts.MaxBytes > 0 {
+		if err := announced.take("", opts.MaxBytes); err != nil {
+			return nil, err
+		}
+	}
 	t, err := openTarget(root, clean)
 	if err != nil {
 		return nil, err
 	}
 	defer t.close()
-	m, err := newScanner(ctx, opts.MaxEntries, opts.MaxBytes).run(r, &stageSink{ctx: ctx, st: t.stage})
+	m, err := newScanner(ctx, opts.MaxEntries, opts.MaxBytes).run(r, &stageSink{ctx: ctx, st: t.stage, room: room})
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +163,9 @@ func (t *target) close() {
 // nothing here resolves through a symlink (and the guard would refuse
 // it).
 type stageSink struct {
-	ctx context.Context
-	st  *staging.Stage
+	ctx  context.Context
+	st   *staging.Stage
+	room *space
 }
 
 // restoreMode keeps the permission and sticky bits.
@@ -170,8 +186,14 @@ func (s *stageSink) dir(e *Entry) error {
 }
 
 func (s *stageSink) file(e *Entry, r io.Reader) (string, int64, error) {
+	if err := s.room.take(e.Path, e.Size); err != nil {
+		return "", 0, err
+	}
 	// An archived name like a temporary file's is the agent's file and comes back as it was.
 	opts := fsguard.WriteOptions{MTime: e.MTime, NoSync: true, ReservedName: true}
+	if e.Sparse {
+		opts.Sparse, opts.Hash = true, ContentHash(*e)
+	}
 	res, err := s.st.Dir.WriteFile(s.ctx, e.Path, r, restoreMode(e.Mode), opts)
 	return res.SHA256, res.Bytes, err
 }

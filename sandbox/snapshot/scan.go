@@ -199,7 +199,7 @@ func headerEntry(h *tar.Header, name string) (Entry, error) {
 	case tar.TypeDir:
 		e.Type = TypeDir
 	case tar.TypeReg:
-		e.Type, e.Size = TypeFile, h.Size
+		e.Type, e.Size, e.Sparse = TypeFile, h.Size, tarstream.IsSparse(h)
 		if h.Size < 0 {
 			return Entry{}, corrupt(name, "negative size", nil)
 		}
@@ -291,6 +291,8 @@ func entryDiff(want, got *Entry) string {
 		return fmt.Sprintf("mode %o, manifest says %o", got.Mode, want.Mode)
 	case want.Size != got.Size:
 		return fmt.Sprintf("size %d, manifest says %d", got.Size, want.Size)
+	case want.Sparse != got.Sparse:
+		return fmt.Sprintf("sparse %t, manifest says %t", got.Sparse, want.Sparse)
 	case want.SHA256 != got.SHA256:
 		return fmt.Sprintf("sha256 %s, manifest says %s", got.SHA256, want.SHA256)
 	case want.LinkTarget != got.LinkTarget:
@@ -325,6 +327,9 @@ type hashSink struct {
 func (hashSink) dir(*Entry) error     { return nil }
 func (hashSink) symlink(*Entry) error { return nil }
 func (h hashSink) file(e *Entry, r io.Reader) (string, int64, error) {
+	if e.Sparse {
+		return hashSparse(h.ctx, e, r, h.buf)
+	}
 	return hashContent(h.ctx, r, h.buf)
 }
 
