@@ -36,6 +36,9 @@ type RunnerLimits struct {
 	// size of its JSON, as the controller verifies it.
 	MaxManifestEntries int
 	MaxManifestBytes   int64
+	// MaxRestoreBytes bounds the total length of the files a restore may write (a sparse file
+	// counts its whole length); default MaxSnapshotBytes, the most a capture may hold.
+	MaxRestoreBytes int64
 	// MaxStrikes is how many budget violations a connection may commit before it is closed
 	// (the workspace gets an event saying why).
 	MaxStrikes int
@@ -75,6 +78,9 @@ func (l RunnerLimits) withDefaults() RunnerLimits {
 	}
 	if l.MaxSnapshotBytes <= 0 {
 		l.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if l.MaxRestoreBytes <= 0 {
+		l.MaxRestoreBytes = l.MaxSnapshotBytes
 	}
 	if l.MaxManifestBytes <= 0 {
 		l.MaxManifestBytes = DefaultMaxManifestBytes

@@ -328,7 +328,15 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	}
 	defer closeArchive()
 	var summary protocol.SnapshotSummary
-	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes}
+	limit := s.cfg.Runners.MaxRestoreBytes
+	if snap.Summary.Bytes > limit {
+		// Refused before a byte is sent: a tree of sparse files can be tiny as an archive and
+		// vast once restored.
+		return protocol.Errorf(protocol.CodeTooLarge, "snapshot %s holds files %d bytes long in all, more than the %d-byte restore limit (--max-restore-bytes)",
+			snap.ID, snap.Summary.Bytes, limit)
+	}
+	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes,
+		MaxApparentBytes: limit}
 	return callWithBody(ctx, c, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
 }
 

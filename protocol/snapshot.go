@@ -53,4 +53,8 @@ type SnapshotRestoreArgs struct {
 	Dir        string `json:"dir,omitempty"`
 	MaxEntries int    `json:"max_entries,omitempty"`
 	MaxBytes   int64  `json:"max_bytes,omitempty"`
+	// MaxApparentBytes refuses a restore whose files are longer than this in all (a sparse
+	// file counts its whole length), before anything is written; the target's free space is
+	// always checked.
+	MaxApparentBytes int64 `json:"max_apparent_bytes,omitempty"`
 }

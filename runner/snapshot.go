@@ -121,7 +121,7 @@ func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, h protoc
 			dir = "."
 		}
 		m, err := snapshot.Restore(ctx, root, protocol.NewBodyReader(st), snapshot.RestoreOptions{
-			Dir: dir, MaxEntries: args.MaxEntries, MaxBytes: args.MaxBytes,
+			Dir: dir, MaxEntries: args.MaxEntries, MaxBytes: args.MaxBytes, MaxApparentBytes: args.MaxApparentBytes,
 		})
 		if err != nil {
 			return err

@@ -69,6 +69,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().IntVar(&f.runners.MaxStreams, "runner-max-streams", controller.DefaultRunnerMaxStreams, "operation streams one runner may have open towards the controller at once")
 	cmd.Flags().DurationVar(&f.runners.Idle, "runner-idle-timeout", controller.DefaultRunnerIdle, "how long a capture may go without a byte from its runner")
 	cmd.Flags().Int64Var(&f.runners.MaxSnapshotBytes, "max-snapshot-bytes", controller.DefaultMaxSnapshotBytes, "largest snapshot object one capture may store, in bytes")
+	cmd.Flags().Int64Var(&f.runners.MaxRestoreBytes, "max-restore-bytes", 0, "longest files one restore may write in all, sparse files at their whole length, in bytes (0: --max-snapshot-bytes)")
 	cmd.Flags().IntVar(&f.runners.MaxManifestEntries, "max-manifest-entries", controller.DefaultMaxManifestEntries, "most entries one snapshot may hold")
 	cmd.Flags().Int64Var(&f.runners.MaxManifestBytes, "max-manifest-bytes", controller.DefaultMaxManifestBytes, "largest snapshot manifest, in bytes")
 	cmd.Flags().IntVar(&f.runners.MaxStrikes, "runner-max-strikes", controller.DefaultRunnerMaxStrikes, "budget violations after which a runner is disconnected")
