@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"filippo.io/age"
 	"github.com/tetherhq/tether/controller/api"
@@ -26,6 +27,10 @@ import (
 type captureCheck struct {
 	pw   *io.PipeWriter
 	done chan checked
+	// ended is set once the store returned, whole once the body's end reached the check; a check
+	// that fails when the store stopped short failed for want of input, not because the
+	// archive is bad.
+	ended, whole atomic.Bool
 }
 
 type checked struct {
@@ -50,6 +55,11 @@ func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool) *capture
 			}
 		}
 		if err != nil {
+			// Looked at before the pipe closes: until then the store cannot have stopped because
+			// of this check.
+			if c.ended.Load() && !c.whole.Load() {
+				err = errStoreEnded
+			}
 			// Fails the tee's next write, so the store stops too and nothing is kept.
 			pr.CloseWithError(err)
 		}
@@ -60,10 +70,11 @@ func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool) *capture
 
 // tee passes r through to its reader and into the check; r's end (or failure) ends the check's
 // input the same way.
-func (c *captureCheck) tee(r io.Reader) io.Reader { return &teeToCheck{r: r, pw: c.pw} }
+func (c *captureCheck) tee(r io.Reader) io.Reader { return &teeToCheck{r: r, c: c} }
 
 // result waits for the check. Call it once the store returned, whatever it returned.
 func (c *captureCheck) result() (*snapshot.Verified, error) {
+	c.ended.Store(true)
 	c.pw.CloseWithError(errStoreEnded)
 	res := <-c.done
 	if errors.Is(res.err, errStoreEnded) {
@@ -73,22 +84,23 @@ func (c *captureCheck) result() (*snapshot.Verified, error) {
 }
 
 type teeToCheck struct {
-	r  io.Reader
-	pw *io.PipeWriter
+	r io.Reader
+	c *captureCheck
 }
 
 func (t *teeToCheck) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	if n > 0 {
-		if _, werr := t.pw.Write(p[:n]); werr != nil {
+		if _, werr := t.c.pw.Write(p[:n]); werr != nil {
 			return 0, werr
 		}
 	}
 	switch {
 	case err == io.EOF:
-		t.pw.Close()
+		t.c.whole.Store(true)
+		t.c.pw.Close()
 	case err != nil:
-		t.pw.CloseWithError(err)
+		t.c.pw.CloseWithError(err)
 	}
 	return n, err
 }
@@ -160,8 +172,8 @@ func compactJSON(raw json.RawMessage) []byte {
 	return b.Bytes()
 }
 
-// strikeCapture counts a capture the runner spoiled (an archive that does not verify, one over
-// the size limit) against its budget; failures of the tree or the store are not its fault.
+// strikeCapture counts a capture the runner spoiled (an archive that does not verify) against
+// its budget; a tree too large, or failures of the tree or the store, are not its fault.
 func (s *Server) strikeCapture(c *hub.Conn, err error) {
 	switch protocol.CodeOf(err) {
 	case protocol.CodeCorrupt:
