@@ -156,17 +156,9 @@ func reserved(name string) bool {
 
 // totals recomputes the totals of a list of entries.
 func totals(entries []Entry) Totals {
-	t := Totals{Entries: len(entries)}
-	for _, e := range entries {
-		switch e.Type {
-		case TypeFile:
-			t.Files++
-			t.Bytes += e.Size
-		case TypeDir:
-			t.Dirs++
-		case TypeSymlink:
-			t.Symlinks++
-		}
+	var t Totals
+	for i := range entries {
+		t.add(&entries[i])
 	}
 	return t
 }
