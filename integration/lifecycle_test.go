@@ -23,7 +23,10 @@ func TestReconnectKeepsProcessesRunning(t *testing.T) {
 	p.setTarget(c.Addr)
 	ws := c.createWorkspace(t)
 
-	long := c.cliCmd("exec", ws.ID, "--", "sh", "-c", "echo $$ > long.pid; while [ ! -e go-on ]; do sleep 0.05; done; echo finished > long.done; exit 7")
+	// The command's own $$ is a pid of its pid namespace (the local provider confines it), so
+	// its host pid is found by a marker in its command line.
+	marker := "reconnect-" + ws.ID
+	long := c.cliCmd("exec", ws.ID, "--", "sh", "-c", "echo $$ > long.pid; while [ ! -e go-on ]; do sleep 0.05; done; echo finished > long.done; exit 7 # "+marker)
 	var longErr bytes.Buffer
 	long.Stderr = &longErr
 	if err := long.Start(); err != nil {
@@ -33,7 +36,15 @@ func TestReconnectKeepsProcessesRunning(t *testing.T) {
 		_, err := os.Stat(filepath.Join(ws.Root, "long.pid"))
 		return err == nil
 	})
-	pid := readPID(t, filepath.Join(ws.Root, "long.pid"))
+	pid := 0
+	for _, p := range hostPIDs(marker) {
+		if p != long.Process.Pid { // the CLI's own command line names the marker too
+			pid = p
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no host process runs the long command (marker %s)", marker)
+	}
 
 	p.cut()
 	err := long.Wait()
