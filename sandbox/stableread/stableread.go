@@ -210,6 +210,11 @@ func (r *Read) Check(ctx context.Context, off, n int64, sum []byte) error {
 	if len(sum) != sha256.Size {
 		return fmt.Errorf("%s: checking a read of a file that was just changed needs its SHA-256", r.path)
 	}
+	// A write that began before the first stat and is still copying (a slow one: its source
+	// faulted in page by page, or throttled on a busy machine, can take seconds) stamped the
+	// times long ago and may stall between the two reads, which then agree on the same torn mix.
+	// Waiting for it first makes the second read see where it ended.
+	waitForWrites(r.f)
 	again, err := r.digest(ctx, off, n)
 	if err != nil {
 		return err
@@ -257,4 +262,20 @@ func (r *Read) digest(ctx context.Context, off, n int64) ([]byte, error) {
 		return nil, changed(r.path, fmt.Sprintf("changed while it was read (a second read got %d of %d bytes)", got, n))
 	}
 	return h.Sum(nil), nil
+}
+
+// waitForWrites returns once every write(2) to f that was under way when it was called has
+// finished. A buffered write holds the inode's lock (i_rwsem) exclusively from its first byte to
+// its last, and SEEK_DATA takes the same lock shared on the filesystems a workspace lives on
+// (ext4, xfs, btrfs, tmpfs, overlayfs), so the seek waits for such a write. The descriptor's
+// offset is put back. Where a filesystem does not take the lock this waits for nothing, and the
+// checks around it are what is left.
+func waitForWrites(f *os.File) {
+	fd := int(f.Fd())
+	cur, err := unix.Seek(fd, 0, io.SeekCurrent)
+	if err != nil {
+		return
+	}
+	_, _ = unix.Seek(fd, 0, unix.SEEK_DATA)
+	_, _ = unix.Seek(fd, cur, io.SeekStart)
 }
