@@ -2,12 +2,15 @@ package confine
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/process"
@@ -18,7 +21,15 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
 		os.Exit(Init(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		// goleak.VerifyTestMain would exit before the init branch above could run.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 const testHostUID = 1_000_123
