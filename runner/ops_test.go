@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/tetherhq/tether/protocol"
@@ -27,5 +29,38 @@ func TestHandlersMatchProtocolOps(t *testing.T) {
 		if s, ok := protocol.LookupOp(name); !ok || s.Direction != protocol.ControllerToRunner {
 			t.Errorf("the runner serves %q, which is not a controller→runner operation of the protocol (%+v)", name, s)
 		}
+	}
+}
+
+// Arguments that do not decode are refused the way the operation answers: a trailer, or for exec
+// its exit frame; an operation no handler serves is unsupported.
+func TestHandlerRefusals(t *testing.T) {
+	_, sess := pipeRunner(t)
+	bad := json.RawMessage(`{"path": 5}`)
+	tr := op(t, sess, protocol.OpFsStat, 0, bad)
+	if tr.OK || tr.Error.Code != protocol.CodeInvalidArgument || !strings.HasPrefix(tr.Error.Message, "fs_stat arguments: ") {
+		t.Errorf("fs_stat with bad arguments: %+v", tr.Error)
+	}
+	if tr := op(t, sess, protocol.OpFsRead, 0, bad); tr.OK || tr.Error.Code != protocol.CodeInvalidArgument {
+		t.Errorf("fs_read with bad arguments: %+v", tr.Error)
+	}
+	if tr := op(t, sess, protocol.OpRunExited, 0, struct{}{}); tr.OK || tr.Error.Code != protocol.CodeUnsupported {
+		t.Errorf("a runner→controller operation sent to the runner: %+v", tr.Error)
+	}
+	st, err := sess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := protocol.WriteJSON(st, protocol.Header{Op: protocol.OpExec, Args: json.RawMessage(`{"argv": "ls"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ch, p, err := protocol.ReadFrame(st, nil)
+	if err != nil || ch != protocol.ChanExit {
+		t.Fatalf("exec with bad arguments: channel %d, %v", ch, err)
+	}
+	var exit protocol.ExecExit
+	if err := json.Unmarshal(p, &exit); err != nil || exit.ExitCode != -1 || exit.Error == nil || exit.Error.Code != protocol.CodeInvalidArgument {
+		t.Fatalf("exec with bad arguments: %+v, %v", exit, err)
 	}
 }
