@@ -137,10 +137,10 @@ func (s *Server) serveRunnerOp(c *hub.Conn, st *yamux.Stream, limits RunnerLimit
 		_ = protocol.WriteJSON(st, protocol.Trailer{Error: protocol.AsError(err)})
 		return
 	}
-	if h.Op == protocol.OpArtifactFetch {
-		s.serveArtifactFetch(c, st, h)
+	if serve, ok := runnerOps[h.Op]; ok {
+		serve(s, c, st, h)
 	} else {
-		_ = protocol.WriteJSON(st, s.runnerOp(c, h))
+		_ = protocol.WriteJSON(st, protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this controller", h.Op)})
 	}
 	// The slot is held until the runner has closed its side: a stream the runner keeps open
 	// after the answer would otherwise keep what it sends buffered while its slot serves

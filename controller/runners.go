@@ -166,7 +166,7 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presen
 	if err := protocol.ReadJSONLimit(st, &h, s.cfg.Runners.MaxHeader); err != nil {
 		return hello, 0, err
 	}
-	if h.Op != "hello" {
+	if h.Op != protocol.OpHello {
 		return refuse(protocol.Errorf(protocol.CodeInvalidArgument, "first operation must be hello, got %q", h.Op))
 	}
 	if err := protocol.ReadJSONLimit(st, &hello, maxHello); err != nil {
@@ -212,13 +212,24 @@ func (s *Server) acceptHello(sess *yamux.Session, alloc store.Allocation, presen
 	return hello, version, nil
 }
 
-func (s *Server) runnerOp(c *hub.Conn, h protocol.Header) protocol.Trailer {
-	if h.Op == protocol.OpArtifactInstalled {
-		return s.artifactInstalled(c, h)
+// runnerOps serve the operations a runner opens once its hello was accepted (acceptHello): one
+// entry per runner→controller operation of protocol.Ops but OpHello (a test holds them
+// together); any other is unsupported (serveRunnerOp).
+var runnerOps = map[string]func(s *Server, c *hub.Conn, st *yamux.Stream, h protocol.Header){
+	protocol.OpArtifactFetch:     (*Server).serveArtifactFetch,
+	protocol.OpArtifactInstalled: answered((*Server).artifactInstalled),
+	protocol.OpRunExited:         answered((*Server).runExited),
+}
+
+// answered serves a runner operation answered by one trailer.
+func answered(fn func(s *Server, c *hub.Conn, h protocol.Header) protocol.Trailer) func(*Server, *hub.Conn, *yamux.Stream, protocol.Header) {
+	return func(s *Server, c *hub.Conn, st *yamux.Stream, h protocol.Header) {
+		_ = protocol.WriteJSON(st, fn(s, c, h))
 	}
-	if h.Op != protocol.OpRunExited {
-		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this controller", h.Op)}
-	}
+}
+
+// runExited settles a run the runner reports finished after its exec stream was lost.
+func (s *Server) runExited(c *hub.Conn, h protocol.Header) protocol.Trailer {
 	var st protocol.RunStatus
 	if err := json.Unmarshal(h.Args, &st); err != nil || !st.Finished {
 		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeInvalidArgument, "run_exited needs a finished run status")}

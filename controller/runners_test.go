@@ -121,7 +121,7 @@ func (tc *testController) mustDial(t *testing.T, token string) *yamux.Session {
 
 func goodHello(allocationID string) protocol.Hello {
 	return protocol.Hello{ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax, RunnerVersion: "runner-test",
-		AllocationID: allocationID, Capabilities: protocol.RunnerCapabilities, PID: 42, Root: "/srv/ws"}
+		AllocationID: allocationID, Capabilities: protocol.RunnerCapabilities(), PID: 42, Root: "/srv/ws"}
 }
 
 // hello sends the hello on a new stream and returns the controller's trailer; a welcome is
@@ -143,7 +143,7 @@ func helloAck(t *testing.T, sess *yamux.Session, h protocol.Hello, ack bool) pro
 	// A controller that refuses the hello answers and closes the session at once; yamux may then
 	// report the shutdown to a Write whose bytes did arrive (its send and the shutdown race), so
 	// a failed write is only a failure if no answer can be read either.
-	werr := protocol.WriteJSON(st, protocol.Header{Op: "hello"})
+	werr := protocol.WriteJSON(st, protocol.Header{Op: protocol.OpHello})
 	if werr == nil {
 		werr = protocol.WriteJSON(st, h)
 	}

@@ -48,6 +48,10 @@ const (
 	IsolationNone = "none"
 )
 
+// OpHello opens the runner's first stream after every (re)connect: the header, then a Hello; the
+// controller answers with a trailer whose Result is a Welcome.
+const OpHello = "hello"
+
 // Hello is the runner's first message on its first stream after every (re)connect.
 type Hello struct {
 	ProtocolMin   int      `json:"protocol_min"`

@@ -159,7 +159,7 @@ func TestServerCloseEndsClientSession(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := WriteJSON(st, Header{Op: "hello"}); err != nil {
+			if err := WriteJSON(st, Header{Op: OpHello}); err != nil {
 				t.Fatal(err)
 			}
 			close(ready)

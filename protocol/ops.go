@@ -1,7 +1,13 @@
 package protocol
 
-// Operation names. Every operation is one yamux stream opened by the controller; a runner answers
-// an op it does not know with CodeUnsupported.
+import (
+	"fmt"
+	"reflect"
+	"slices"
+)
+
+// Operation names. Every operation is one yamux stream, opened by the side its Direction names
+// (see Ops); a runner answers an op it does not know with CodeUnsupported.
 const (
 	OpExec       = "exec"
 	OpTreeImport = "tree_import"
@@ -15,20 +21,117 @@ const (
 	OpSetEpoch = "set_epoch"
 )
 
-// Mutating reports whether op changes the workspace, and so must carry the current writer epoch.
-func Mutating(op string) bool {
-	switch op {
-	case OpExec, OpTreeImport, OpFsWrite, OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotRestore,
-		OpServiceStart, OpServiceStop, OpGitCheckout, OpGitReconcile, OpQuiesce:
-		return true
+// Direction says which side opens an operation's stream.
+type Direction int
+
+const (
+	// ControllerToRunner operations are opened by the controller and served by the runner,
+	// which advertises each one it serves as a capability in its hello.
+	ControllerToRunner Direction = iota + 1
+	// RunnerToController operations are opened by the runner on its own connection: OpHello
+	// first, then the reports and requests the controller serves.
+	RunnerToController
+)
+
+func (d Direction) String() string {
+	switch d {
+	case ControllerToRunner:
+		return "controller→runner"
+	case RunnerToController:
+		return "runner→controller"
 	}
-	return false
+	return fmt.Sprintf("Direction(%d)", int(d))
 }
 
-// Capabilities this build of the runner advertises.
-var RunnerCapabilities = []string{OpExec, OpTreeImport, OpFsList, OpFsStat, OpFsRead, OpFsWrite,
-	OpFsMkdir, OpFsRemove, OpFsRename, OpFsChmod, OpSnapshotCapture, OpSnapshotRestore, OpSetEpoch, OpTreeDigest, OpServiceStart, OpServiceList,
-	OpServiceLogs, OpServiceStop, OpGitCheckout, OpGitInspect, OpGitReconcile, OpQuiesce}
+// OpSpec describes one operation of the wire protocol.
+type OpSpec struct {
+	Name      string
+	Direction Direction
+	// Mutating operations change the workspace, and so must carry the current writer epoch:
+	// the runner refuses one that carries an older epoch than it has seen.
+	Mutating bool
+	// SetsEpoch marks the operation that moves the runner's writer epoch forward (OpSetEpoch):
+	// fenced like a mutating one, though it changes nothing in the workspace.
+	SetsEpoch bool
+	// Args is the type the header's Args decode into; nil when the operation takes none.
+	Args reflect.Type
+}
+
+// Fenced reports whether the runner checks the header's epoch before serving the operation.
+func (s OpSpec) Fenced() bool { return s.Mutating || s.SetsEpoch }
+
+// ops is the one list of operations: the runner's dispatch, its capabilities and the mutating
+// set are derived from it, and tests check that the runner and the controller serve exactly the
+// operations listed for their side. Order is the order capabilities are advertised in.
+var ops = [...]OpSpec{
+	{Name: OpExec, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[ExecArgs]()},
+	{Name: OpTreeImport, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[TreeImportArgs]()},
+	{Name: OpFsList, Direction: ControllerToRunner, Args: reflect.TypeFor[FsListArgs]()},
+	{Name: OpFsStat, Direction: ControllerToRunner, Args: reflect.TypeFor[FsPathArgs]()},
+	{Name: OpFsRead, Direction: ControllerToRunner, Args: reflect.TypeFor[FsReadArgs]()},
+	{Name: OpFsWrite, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[FsWriteArgs]()},
+	{Name: OpFsMkdir, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[FsPathArgs]()},
+	{Name: OpFsRemove, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[FsPathArgs]()},
+	{Name: OpFsRename, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[FsRenameArgs]()},
+	{Name: OpFsChmod, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[FsPathArgs]()},
+	{Name: OpSnapshotCapture, Direction: ControllerToRunner, Args: reflect.TypeFor[SnapshotCaptureArgs]()},
+	{Name: OpSnapshotRestore, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[SnapshotRestoreArgs]()},
+	{Name: OpSetEpoch, Direction: ControllerToRunner, SetsEpoch: true},
+	{Name: OpTreeDigest, Direction: ControllerToRunner, Args: reflect.TypeFor[SnapshotCaptureArgs]()},
+	{Name: OpServiceStart, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[ServiceSpec]()},
+	{Name: OpServiceList, Direction: ControllerToRunner},
+	{Name: OpServiceLogs, Direction: ControllerToRunner, Args: reflect.TypeFor[ServiceLogsArgs]()},
+	{Name: OpServiceStop, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[ServiceStopArgs]()},
+	{Name: OpGitCheckout, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitCheckoutArgs]()},
+	{Name: OpGitInspect, Direction: ControllerToRunner, Args: reflect.TypeFor[GitInspectArgs]()},
+	{Name: OpGitReconcile, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitReconcileArgs]()},
+	{Name: OpQuiesce, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[QuiesceArgs]()},
+
+	// The Hello travels after the header, not in its Args.
+	{Name: OpHello, Direction: RunnerToController},
+	{Name: OpRunExited, Direction: RunnerToController, Args: reflect.TypeFor[RunStatus]()},
+	{Name: OpArtifactFetch, Direction: RunnerToController, Args: reflect.TypeFor[ArtifactFetchArgs]()},
+	{Name: OpArtifactInstalled, Direction: RunnerToController, Args: reflect.TypeFor[ArtifactInstall]()},
+}
+
+// opIndex finds an operation's entry in ops by name.
+var opIndex = func() map[string]int {
+	m := make(map[string]int, len(ops))
+	for i, s := range ops {
+		m[s.Name] = i
+	}
+	return m
+}()
+
+// Ops lists every operation of the protocol (a copy: the list itself cannot be changed).
+func Ops() []OpSpec { return slices.Clone(ops[:]) }
+
+// LookupOp finds the operation named op.
+func LookupOp(op string) (OpSpec, bool) {
+	i, ok := opIndex[op]
+	if !ok {
+		return OpSpec{}, false
+	}
+	return ops[i], true
+}
+
+// Mutating reports whether op changes the workspace, and so must carry the current writer epoch.
+func Mutating(op string) bool {
+	s, ok := LookupOp(op)
+	return ok && s.Mutating
+}
+
+// RunnerCapabilities are the capabilities this build of the runner advertises: every
+// controller→runner operation, in the order of the list.
+func RunnerCapabilities() []string {
+	var caps []string
+	for _, s := range ops {
+		if s.Direction == ControllerToRunner {
+			caps = append(caps, s.Name)
+		}
+	}
+	return caps
+}
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

@@ -23,15 +23,10 @@ const outputGrace = 2 * time.Second
 
 // exec runs one command and streams its stdio as tagged frames. A dropped stream detaches the
 // command instead of killing it: only an explicit cancel, the timeout or a shutdown kill it.
-func (r *Runner) exec(st *yamux.Stream, h protocol.Header) {
+func (r *Runner) exec(_ context.Context, st *yamux.Stream, args protocol.ExecArgs) {
 	cw := protocol.NewChannelWriter(st)
 	fail := func(err error) {
 		_ = cw.WriteJSONFrame(protocol.ChanExit, protocol.ExecExit{ExitCode: -1, Error: protocol.AsError(err)})
-	}
-	var args protocol.ExecArgs
-	if err := decodeArgs(h, &args); err != nil {
-		fail(err)
-		return
 	}
 	if len(args.Argv) == 0 || args.Argv[0] == "" {
 		fail(protocol.Errorf(protocol.CodeInvalidArgument, "exec needs a command"))

@@ -32,6 +32,18 @@ func (r *Runner) withRoot(fn func(root *fsguard.Root) error) error {
 	return fn(root)
 }
 
+// onRootPath opens the workspace root for one operation and resolves rel there with the guard:
+// fn gets the root and the clean path.
+func (r *Runner) onRootPath(rel string, fn func(root *fsguard.Root, clean string) error) error {
+	return r.withRoot(func(root *fsguard.Root) error {
+		clean, err := fsguard.Clean(rel)
+		if err != nil {
+			return err
+		}
+		return fn(root, clean)
+	})
+}
+
 func fileInfo(root *fsguard.Root, rel string, fi fs.FileInfo) protocol.FileInfo {
 	out := protocol.FileInfo{Path: rel, Name: fi.Name(), Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), MTime: fi.ModTime().UTC()}
 	if rel == "." {
@@ -53,22 +65,14 @@ func fileInfo(root *fsguard.Root, rel string, fi fs.FileInfo) protocol.FileInfo 
 	return out
 }
 
-func (r *Runner) fsStat(h protocol.Header) (protocol.FileInfo, error) {
-	var args protocol.FsPathArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FileInfo{}, err
-	}
+func (r *Runner) fsStat(_ context.Context, _ *yamux.Stream, args protocol.FsPathArgs) (protocol.FileInfo, error) {
 	return r.onPath(args.Path, nil)
 }
 
 // onPath resolves rel with the guard, applies fn (when not nil) and describes the result.
 func (r *Runner) onPath(rel string, fn func(root *fsguard.Root, clean string) error) (protocol.FileInfo, error) {
 	var out protocol.FileInfo
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(rel)
-		if err != nil {
-			return err
-		}
+	err := r.onRootPath(rel, func(root *fsguard.Root, clean string) error {
 		if fn != nil {
 			if err := fn(root, clean); err != nil {
 				return err
@@ -84,20 +88,12 @@ func (r *Runner) onPath(rel string, fn func(root *fsguard.Root, clean string) er
 	return out, err
 }
 
-func (r *Runner) fsList(h protocol.Header) (protocol.FsListResult, error) {
-	var args protocol.FsListArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FsListResult{}, err
-	}
+func (r *Runner) fsList(_ context.Context, _ *yamux.Stream, args protocol.FsListArgs) (protocol.FsListResult, error) {
 	if args.Limit <= 0 || args.Limit > protocol.MaxListPage {
 		args.Limit = protocol.MaxListPage
 	}
 	out := protocol.FsListResult{Entries: []protocol.FileInfo{}}
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
+	err := r.onRootPath(args.Path, func(root *fsguard.Root, clean string) error {
 		dir, err := root.OpenDir(clean)
 		if err != nil {
 			return err
@@ -127,11 +123,7 @@ func (r *Runner) fsList(h protocol.Header) (protocol.FsListResult, error) {
 	return out, err
 }
 
-func (r *Runner) fsMkdir(h protocol.Header) (protocol.FileInfo, error) {
-	var args protocol.FsPathArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FileInfo{}, err
-	}
+func (r *Runner) fsMkdir(_ context.Context, _ *yamux.Stream, args protocol.FsPathArgs) (protocol.FileInfo, error) {
 	mode := fs.FileMode(args.Mode).Perm()
 	if mode == 0 {
 		mode = 0o755
@@ -144,16 +136,8 @@ func (r *Runner) fsMkdir(h protocol.Header) (protocol.FileInfo, error) {
 	})
 }
 
-func (r *Runner) fsRemove(h protocol.Header) (struct{}, error) {
-	var args protocol.FsPathArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return struct{}{}, err
-	}
-	return struct{}{}, r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
+func (r *Runner) fsRemove(_ context.Context, _ *yamux.Stream, args protocol.FsPathArgs) (struct{}, error) {
+	return struct{}{}, r.onRootPath(args.Path, func(root *fsguard.Root, clean string) error {
 		if clean == "." {
 			return protocol.Errorf(protocol.CodeInvalidArgument, "the workspace root cannot be removed")
 		}
@@ -164,7 +148,7 @@ func (r *Runner) fsRemove(h protocol.Header) (struct{}, error) {
 			}
 			return root.RemoveAll(clean)
 		}
-		err = root.Remove(clean)
+		err := root.Remove(clean)
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			return protocol.Errorf(protocol.CodeConflict, "%s is a directory that is not empty; remove it recursively", clean)
 		}
@@ -172,17 +156,9 @@ func (r *Runner) fsRemove(h protocol.Header) (struct{}, error) {
 	})
 }
 
-func (r *Runner) fsRename(h protocol.Header) (protocol.FileInfo, error) {
-	var args protocol.FsRenameArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FileInfo{}, err
-	}
+func (r *Runner) fsRename(_ context.Context, _ *yamux.Stream, args protocol.FsRenameArgs) (protocol.FileInfo, error) {
 	var out protocol.FileInfo
-	err := r.withRoot(func(root *fsguard.Root) error {
-		from, err := fsguard.Clean(args.From)
-		if err != nil {
-			return err
-		}
+	err := r.onRootPath(args.From, func(root *fsguard.Root, from string) error {
 		to, err := fsguard.Clean(args.To)
 		if err != nil {
 			return err
@@ -207,11 +183,7 @@ func (r *Runner) fsRename(h protocol.Header) (protocol.FileInfo, error) {
 	return out, err
 }
 
-func (r *Runner) fsChmod(h protocol.Header) (protocol.FileInfo, error) {
-	var args protocol.FsPathArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FileInfo{}, err
-	}
+func (r *Runner) fsChmod(_ context.Context, _ *yamux.Stream, args protocol.FsPathArgs) (protocol.FileInfo, error) {
 	if args.Mode&^0o777 != 0 {
 		return protocol.FileInfo{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
 	}
@@ -228,11 +200,7 @@ func (r *Runner) fsChmod(h protocol.Header) (protocol.FileInfo, error) {
 // fsWrite streams the body into a temp file beside the target and publishes it only when the
 // body arrived whole (its terminator's count and SHA-256 match) and, when given, matches the
 // sender's SHA-256 and the expected current content.
-func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.FsWriteResult, error) {
-	var args protocol.FsWriteArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.FsWriteResult{}, err
-	}
+func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, args protocol.FsWriteArgs) (protocol.FsWriteResult, error) {
 	mode := fs.FileMode(args.Mode)
 	if mode == 0 {
 		mode = defaultFileMode
@@ -241,11 +209,7 @@ func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, h protocol.Heade
 		return protocol.FsWriteResult{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
 	}
 	var out protocol.FsWriteResult
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
+	err := r.onRootPath(args.Path, func(root *fsguard.Root, clean string) error {
 		opts := fsguard.WriteOptions{Replace: args.Replace, IfSHA256: strings.ToLower(args.IfSHA256), MaxBytes: args.MaxBytes,
 			Verify: func(res fsguard.WriteResult) error {
 				if args.SHA256 != "" && !strings.EqualFold(args.SHA256, res.SHA256) {
@@ -265,17 +229,8 @@ func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, h protocol.Heade
 
 // fsRead answers with a reply (what will be sent), the body, then a trailer. A file that changes
 // while it is read fails the trailer, so the receiver never takes a torn read for a good one.
-func (r *Runner) fsRead(st *yamux.Stream, h protocol.Header) {
-	var args protocol.FsReadArgs
-	if err := decodeArgs(h, &args); err != nil {
-		writeTrailer(st, nil, err)
-		return
-	}
-	err := r.withRoot(func(root *fsguard.Root) error {
-		clean, err := fsguard.Clean(args.Path)
-		if err != nil {
-			return err
-		}
+func (r *Runner) fsRead(_ context.Context, st *yamux.Stream, args protocol.FsReadArgs) {
+	err := r.onRootPath(args.Path, func(root *fsguard.Root, clean string) error {
 		// Refuse what is not a regular file before opening it: opening a device runs its
 		// driver, and a socket cannot be opened at all (ENXIO). Open checks again on the
 		// descriptor, so a swap after this look changes nothing.

@@ -32,11 +32,7 @@ func (r *Runner) gitRoot() (string, error) {
 
 // gitCheckout fills the empty workspace root with a repository of its own, built from the pack
 // in the request body.
-func (r *Runner) gitCheckout(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.GitStatus, error) {
-	var args protocol.GitCheckoutArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.GitStatus{}, err
-	}
+func (r *Runner) gitCheckout(ctx context.Context, st *yamux.Stream, args protocol.GitCheckoutArgs) (protocol.GitStatus, error) {
 	root, err := r.gitRoot()
 	if err != nil {
 		return protocol.GitStatus{}, err
@@ -58,11 +54,7 @@ func (r *Runner) gitCheckout(ctx context.Context, st *yamux.Stream, h protocol.H
 }
 
 // gitInspect reads the workspace's repository; it changes nothing, so it takes no lock.
-func (r *Runner) gitInspect(ctx context.Context, h protocol.Header) (protocol.GitStatus, error) {
-	var args protocol.GitInspectArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.GitStatus{}, err
-	}
+func (r *Runner) gitInspect(ctx context.Context, _ *yamux.Stream, args protocol.GitInspectArgs) (protocol.GitStatus, error) {
 	root, err := r.gitRoot()
 	if err != nil {
 		return protocol.GitStatus{}, err
@@ -72,11 +64,7 @@ func (r *Runner) gitInspect(ctx context.Context, h protocol.Header) (protocol.Gi
 
 // gitReconcile takes the base ref's new commit, with a pack body of the objects the workspace may
 // lack when args.HasPack.
-func (r *Runner) gitReconcile(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.GitReconcileReply, error) {
-	var args protocol.GitReconcileArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.GitReconcileReply{}, err
-	}
+func (r *Runner) gitReconcile(ctx context.Context, st *yamux.Stream, args protocol.GitReconcileArgs) (protocol.GitReconcileReply, error) {
 	root, err := r.gitRoot()
 	if err != nil {
 		return protocol.GitReconcileReply{}, err

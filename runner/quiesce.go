@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/service"
 )
@@ -20,11 +21,7 @@ const killWait = 5 * time.Second
 
 // quiesce stops every run and service so that a close's last capture sees a tree nothing writes
 // to any more, and closes the gate on new ones (see protocol.OpQuiesce).
-func (r *Runner) quiesce(ctx context.Context, h protocol.Header) (protocol.QuiesceResult, error) {
-	var args protocol.QuiesceArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.QuiesceResult{}, err
-	}
+func (r *Runner) quiesce(ctx context.Context, _ *yamux.Stream, args protocol.QuiesceArgs) (protocol.QuiesceResult, error) {
 	if args.Release {
 		r.runs.resume()
 		r.services.Resume()

@@ -16,11 +16,7 @@ const shutdownGrace = 2 * time.Second
 
 // serviceStart starts a service and answers once it is observed ready or has failed. The service
 // belongs to the runner: a stream or connection that goes away meanwhile does not stop it.
-func (r *Runner) serviceStart(ctx context.Context, h protocol.Header) (any, error) {
-	var spec protocol.ServiceSpec
-	if err := decodeArgs(h, &spec); err != nil {
-		return nil, err
-	}
+func (r *Runner) serviceStart(ctx context.Context, _ *yamux.Stream, spec protocol.ServiceSpec) (any, error) {
 	if spec.StopPolicy == service.StopOnRunFinish && !r.runs.running(spec.Run) {
 		return nil, protocol.Errorf(protocol.CodeConflict, "stop policy on-run-finish: run %q is not running in this workspace", spec.Run)
 	}
@@ -35,11 +31,12 @@ func (r *Runner) serviceStart(ctx context.Context, h protocol.Header) (any, erro
 	return st, nil
 }
 
-func (r *Runner) serviceStop(ctx context.Context, h protocol.Header) (any, error) {
-	var args protocol.ServiceStopArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return nil, err
-	}
+// serviceList answers with the status of every service.
+func (r *Runner) serviceList(context.Context) ([]protocol.ServiceStatus, error) {
+	return r.services.List(), nil
+}
+
+func (r *Runner) serviceStop(ctx context.Context, _ *yamux.Stream, args protocol.ServiceStopArgs) (any, error) {
 	st, err := r.services.Stop(ctx, args.Name, time.Duration(args.Grace))
 	if err != nil {
 		return nil, err
@@ -50,12 +47,7 @@ func (r *Runner) serviceStop(ctx context.Context, h protocol.Header) (any, error
 // serviceLogs answers with the offset the bytes start at, then ChanStdout frames, then a ChanExit
 // frame carrying the offset one past the last byte sent. Following ends when the service stops
 // or the controller closes the stream.
-func (r *Runner) serviceLogs(ctx context.Context, st *yamux.Stream, h protocol.Header) {
-	var args protocol.ServiceLogsArgs
-	if err := decodeArgs(h, &args); err != nil {
-		writeTrailer(st, nil, err)
-		return
-	}
+func (r *Runner) serviceLogs(ctx context.Context, st *yamux.Stream, args protocol.ServiceLogsArgs) {
 	svc, err := r.services.Get(args.Name)
 	if err != nil {
 		writeTrailer(st, nil, err)

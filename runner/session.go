@@ -29,13 +29,13 @@ func (r *Runner) hello(ctx context.Context, sess *yamux.Session) error {
 	hello := protocol.Hello{
 		ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax,
 		RunnerVersion: r.cfg.Version, AllocationID: r.cfg.AllocationID,
-		Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(), Root: r.cfg.Root,
+		Capabilities: protocol.RunnerCapabilities(), PID: os.Getpid(), Root: r.cfg.Root,
 		Runs: r.runs.snapshot(), Epoch: r.epoch.Load(), Services: r.services.List(),
 	}
 	// A controller that refuses the hello answers and closes the session at once, and yamux may
 	// report that shutdown to a Write whose bytes did arrive. The answer, if any, says more than
 	// the write error: a refusal must stop the runner, not look like a dropped connection.
-	werr := protocol.WriteJSON(st, protocol.Header{Op: "hello"})
+	werr := protocol.WriteJSON(st, protocol.Header{Op: protocol.OpHello})
 	if werr == nil {
 		werr = protocol.WriteJSON(st, hello)
 	}
@@ -113,6 +113,8 @@ func (r *Runner) serve(ctx context.Context, sess *yamux.Session) error {
 	}
 }
 
+// handle serves one stream the controller opened: its header names the operation, which is
+// fenced by the writer epoch when the protocol says so, then served by its handler.
 func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 	defer st.Close()
 	var h protocol.Header
@@ -120,83 +122,28 @@ func (r *Runner) handle(ctx context.Context, st *yamux.Stream) {
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeInvalidArgument, "header: %v", err))
 		return
 	}
-	if protocol.Mutating(h.Op) || h.Op == protocol.OpSetEpoch {
+	o, served := handlers[h.Op]
+	if spec, ok := protocol.LookupOp(h.Op); ok && spec.Fenced() {
 		if err := r.fence(h.Epoch); err != nil {
-			if h.Op == protocol.OpExec {
-				_ = protocol.NewChannelWriter(st).WriteJSONFrame(protocol.ChanExit, protocol.ExecExit{ExitCode: -1, Error: protocol.AsError(err)})
-			} else {
-				// The controller stops sending a body as soon as this early answer arrives.
-				writeTrailer(st, nil, err)
-			}
+			// The controller stops sending a body as soon as this early answer arrives.
+			o.refusal(st, err)
 			return
 		}
 	}
-	switch h.Op {
-	case protocol.OpSetEpoch:
-		writeTrailer(st, struct {
-			Epoch uint64 `json:"epoch"`
-		}{r.epoch.Load()}, nil)
-	case protocol.OpExec:
-		r.exec(st, h)
-	case protocol.OpTreeImport:
-		res, err := r.treeImport(ctx, st, h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsWrite:
-		res, err := r.fsWrite(ctx, st, h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsRead:
-		r.fsRead(st, h)
-	case protocol.OpSnapshotCapture:
-		r.snapshotCapture(ctx, st, h)
-	case protocol.OpTreeDigest:
-		res, err := r.treeDigest(ctx, h)
-		writeTrailer(st, res, err)
-	case protocol.OpSnapshotRestore:
-		res, err := r.snapshotRestore(ctx, st, h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsStat:
-		res, err := r.fsStat(h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsList:
-		res, err := r.fsList(h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsMkdir:
-		res, err := r.fsMkdir(h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsRemove:
-		res, err := r.fsRemove(h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsRename:
-		res, err := r.fsRename(h)
-		writeTrailer(st, res, err)
-	case protocol.OpFsChmod:
-		res, err := r.fsChmod(h)
-		writeTrailer(st, res, err)
-	case protocol.OpServiceStart:
-		res, err := r.serviceStart(ctx, h)
-		writeTrailer(st, res, err)
-	case protocol.OpServiceList:
-		writeTrailer(st, r.services.List(), nil)
-	case protocol.OpServiceLogs:
-		r.serviceLogs(ctx, st, h)
-	case protocol.OpServiceStop:
-		res, err := r.serviceStop(ctx, h)
-		writeTrailer(st, res, err)
-	case protocol.OpGitCheckout:
-		res, err := r.gitCheckout(ctx, st, h)
-		writeTrailer(st, res, err)
-	case protocol.OpGitInspect:
-		res, err := r.gitInspect(ctx, h)
-		writeTrailer(st, res, err)
-	case protocol.OpGitReconcile:
-		res, err := r.gitReconcile(ctx, st, h)
-		writeTrailer(st, res, err)
-	case protocol.OpQuiesce:
-		res, err := r.quiesce(ctx, h)
-		writeTrailer(st, res, err)
-	default:
+	if !served {
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "operation %q is not supported by this runner", h.Op))
+		return
 	}
+	if err := o.serve(r, ctx, st, h); err != nil {
+		o.refusal(st, err)
+	}
+}
+
+// currentEpoch answers OpSetEpoch, once the fence has taken the header's epoch.
+func (r *Runner) currentEpoch(context.Context) (any, error) {
+	return struct {
+		Epoch uint64 `json:"epoch"`
+	}{r.epoch.Load()}, nil
 }
 
 func writeTrailer(w io.Writer, result any, err error) {
@@ -211,14 +158,4 @@ func writeTrailer(w io.Writer, result any, err error) {
 		tr.Result = b
 	}
 	_ = protocol.WriteJSON(w, tr)
-}
-
-func decodeArgs(h protocol.Header, v any) error {
-	if len(h.Args) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(h.Args, v); err != nil {
-		return protocol.Errorf(protocol.CodeInvalidArgument, "%s arguments: %v", h.Op, err)
-	}
-	return nil
 }

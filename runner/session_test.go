@@ -82,7 +82,7 @@ func TestHelloTakesAndConfirmsTheNewToken(t *testing.T) {
 			defer st.Close()
 			var h protocol.Header
 			var hello protocol.Hello
-			if err := protocol.ReadJSON(st, &h); err != nil || h.Op != "hello" {
+			if err := protocol.ReadJSON(st, &h); err != nil || h.Op != protocol.OpHello {
 				t.Fatalf("header %+v, %v", h, err)
 			}
 			if err := protocol.ReadJSON(st, &hello); err != nil || hello.AllocationID != "al_test" {

@@ -18,12 +18,7 @@ import (
 // controller sent a recipient, and ends with the manifest summary. Nothing is staged on the
 // sandbox's disk: the archive exists only as it flows. A failure aborts the body with its
 // reason, so the controller can never store a partial archive as complete.
-func (r *Runner) snapshotCapture(ctx context.Context, st *yamux.Stream, h protocol.Header) {
-	var args protocol.SnapshotCaptureArgs
-	if err := decodeArgs(h, &args); err != nil {
-		writeTrailer(st, nil, err)
-		return
-	}
+func (r *Runner) snapshotCapture(ctx context.Context, st *yamux.Stream, args protocol.SnapshotCaptureArgs) {
 	var recipient age.Recipient
 	if args.Recipient != "" {
 		rc, err := age.ParseX25519Recipient(args.Recipient)
@@ -109,11 +104,7 @@ func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
 
 // snapshotRestore extracts the archive in the body into the workspace. snapshot.Restore reads
 // the body to its verified end before it publishes anything.
-func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.SnapshotSummary, error) {
-	var args protocol.SnapshotRestoreArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.SnapshotSummary{}, err
-	}
+func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, args protocol.SnapshotRestoreArgs) (protocol.SnapshotSummary, error) {
 	var out protocol.SnapshotSummary
 	err := r.withRoot(func(root *fsguard.Root) error {
 		dir := args.Dir
@@ -134,11 +125,7 @@ func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, h protoc
 
 // treeDigest captures into nothing: the walk, the change checks and the hashes of a capture,
 // for the summary alone.
-func (r *Runner) treeDigest(ctx context.Context, h protocol.Header) (protocol.SnapshotSummary, error) {
-	var args protocol.SnapshotCaptureArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.SnapshotSummary{}, err
-	}
+func (r *Runner) treeDigest(ctx context.Context, _ *yamux.Stream, args protocol.SnapshotCaptureArgs) (protocol.SnapshotSummary, error) {
 	// Nothing leaves the runner here, so a walk that saw the tree change is simply walked again,
 	// as the controller does for a capture.
 	var err error

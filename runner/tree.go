@@ -12,11 +12,7 @@ import (
 // treeImport extracts a tar body into the workspace. tree.Extract stages everything and publishes
 // only after the whole stream arrived; the body reader fails on a cut or mismatched body, so a
 // broken upload publishes nothing.
-func (r *Runner) treeImport(ctx context.Context, st *yamux.Stream, h protocol.Header) (protocol.TreeImportResult, error) {
-	var args protocol.TreeImportArgs
-	if err := decodeArgs(h, &args); err != nil {
-		return protocol.TreeImportResult{}, err
-	}
+func (r *Runner) treeImport(ctx context.Context, st *yamux.Stream, args protocol.TreeImportArgs) (protocol.TreeImportResult, error) {
 	root, err := fsguard.Open(r.root, fsguard.WithHolds(r.holds))
 	if err != nil {
 		return protocol.TreeImportResult{}, err

@@ -137,9 +137,9 @@ func (h *hostile) connect() (*yamux.Session, error) {
 	}
 	defer st.Close()
 	hello := protocol.Hello{ProtocolMin: protocol.ProtocolMin, ProtocolMax: protocol.ProtocolMax, RunnerVersion: "hostile",
-		AllocationID: os.Getenv(protocol.EnvAllocationID), Capabilities: protocol.RunnerCapabilities, PID: os.Getpid(),
+		AllocationID: os.Getenv(protocol.EnvAllocationID), Capabilities: protocol.RunnerCapabilities(), PID: os.Getpid(),
 		Root: os.Getenv(protocol.EnvWorkspaceRoot)}
-	if err := protocol.WriteJSON(st, protocol.Header{Op: "hello"}); err != nil {
+	if err := protocol.WriteJSON(st, protocol.Header{Op: protocol.OpHello}); err != nil {
 		return nil, err
 	}
 	if err := protocol.WriteJSON(st, hello); err != nil {
