@@ -131,9 +131,7 @@ func (r *Runner) exec(st *yamux.Stream, h protocol.Header) {
 	closeStdin()
 	pumpsDone := make(chan struct{})
 	go func() { pumps.Wait(); close(pumpsDone) }()
-	select {
-	case <-pumpsDone:
-	case <-time.After(outputGrace):
+	if r.pause(pumpsDone, outputGrace) {
 		// Something the command left running still holds the pipes; stop forwarding.
 		outR.Close()
 		errR.Close()
