@@ -81,7 +81,7 @@ func (r *Runner) startAgent(ctx context.Context) (string, func(), error) {
 					return
 				}
 				r.cfg.Logger.Warn("agent socket: accept", "err", err)
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // paces retries of a failing accept: real time
 				continue
 			}
 			wg.Add(1)

@@ -143,7 +143,7 @@ func (r *Runner) installArtifact(ctx context.Context, artifactID, dest string) (
 		}
 		return protocol.ArtifactInstall{}, err
 	}
-	out.InstalledAt = time.Now().UTC()
+	out.InstalledAt = r.cfg.Clock.Now().UTC()
 	r.cfg.Logger.Info("artifact installed", "artifact_id", out.ArtifactID, "path", out.Path,
 		"bytes", out.Bytes, "sha256", out.SHA256, "untrusted", true, "replayed", out.Replayed)
 	r.reportInstall(out)

@@ -36,6 +36,8 @@ type fakeController struct {
 	arts     map[string]fakeArtifact
 	fetches  int
 	installs []protocol.ArtifactInstall
+	// installed receives each install as it is recorded (sends that find it full are dropped).
+	installed chan protocol.ArtifactInstall
 }
 
 func (f *fakeController) add(id string, body []byte) fakeArtifact {
@@ -104,6 +106,10 @@ func (f *fakeController) handle(st *yamux.Stream) {
 		f.mu.Lock()
 		f.installs = append(f.installs, in)
 		f.mu.Unlock()
+		select {
+		case f.installed <- in:
+		default:
+		}
 		writeTrailer(st, nil, nil)
 	default:
 		writeTrailer(st, nil, protocol.Errorf(protocol.CodeUnsupported, "%s", h.Op))
@@ -117,7 +123,7 @@ func artifactRunner(t *testing.T) (*Runner, *fakeController) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = r.serve(ctx, runnerSide) }()
 	r.setSession(runnerSide)
-	f := &fakeController{arts: map[string]fakeArtifact{}}
+	f := &fakeController{arts: map[string]fakeArtifact{}, installed: make(chan protocol.ArtifactInstall, 16)}
 	go f.serve(ctlSide)
 	t.Cleanup(cancel)
 	return r, f
@@ -192,20 +198,16 @@ func TestArtifactInstallAndReplay(t *testing.T) {
 	noLeftovers(t, filepath.Join(r.cfg.Root, "inbox"))
 
 	// The controller heard of both installs.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		f.mu.Lock()
-		n := len(f.installs)
-		f.mu.Unlock()
-		if n == 2 || time.Now().After(deadline) {
-			if n != 2 {
-				t.Fatalf("controller recorded %d installs; want 2", n)
-			}
-			break
+	for n := range 2 {
+		select {
+		case <-f.installed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("controller recorded %d installs; want 2", n)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	if f.installs[1].ArtifactID != "art_1" || !f.installs[1].Replayed || f.installs[0].Replayed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.installs) != 2 || f.installs[1].ArtifactID != "art_1" || !f.installs[1].Replayed || f.installs[0].Replayed {
 		t.Fatalf("recorded installs: %+v", f.installs)
 	}
 }

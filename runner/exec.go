@@ -126,9 +126,7 @@ func (r *Runner) exec(_ context.Context, st *yamux.Stream, args protocol.ExecArg
 	closeStdin()
 	pumpsDone := make(chan struct{})
 	go func() { pumps.Wait(); close(pumpsDone) }()
-	select {
-	case <-pumpsDone:
-	case <-time.After(outputGrace):
+	if r.pause(pumpsDone, outputGrace) {
 		// Something the command left running still holds the pipes; stop forwarding.
 		outR.Close()
 		errR.Close()

@@ -80,16 +80,17 @@ func (r *Runner) stopRun(ctx context.Context, q quiescing, grace time.Duration) 
 		_ = q.proc.Signal(syscall.SIGTERM)
 	}
 	// A run still starting has no process yet: it is killed as it starts (runTable.started).
-	t := time.NewTimer(grace)
+	t := r.cfg.Clock.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-q.ended:
 	case <-ctx.Done():
 		return fmt.Errorf("run %s: %w", q.id, ctx.Err())
-	case <-t.C:
+	case <-t.Chan():
 		if q.proc != nil {
 			q.proc.Cancel()
 		}
+		// killWait bounds the kernel, not a policy: real time.
 		k := time.NewTimer(killWait)
 		defer k.Stop()
 		select {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
 	"github.com/tetherhq/tether/sandbox/fsguard"
@@ -36,6 +37,11 @@ type Config struct {
 	Confine confine.Policy
 	// Backoff bounds between reconnect attempts.
 	MinBackoff, MaxBackoff time.Duration
+	// Clock is the runner's time (the real clock when nil): reconnect and report back-offs, a
+	// quiesce's grace, the output grace after a command exits, install stamps, and its services'
+	// time (sandbox/service.WithClock). Deadlines on connections and streams are not on it (see
+	// reportOn), nor are the bounds on how long the kernel takes to remove a killed group.
+	Clock clockwork.Clock
 }
 
 // Runner is one runner agent.
@@ -82,8 +88,11 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
-	r.services = service.NewManager(r.resolveDir)
+	r.services = service.NewManager(r.resolveDir, service.WithClock(cfg.Clock))
 	r.services.Confiner = r
 	ctl, err := newControllerDial(cfg.ControllerURL)
 	if err != nil {
@@ -123,12 +132,22 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		r.cfg.Logger.Warn("connection to controller lost; reconnecting", "err", err, "in", backoff)
 		jitter := time.Duration(rand.Int64N(int64(backoff)/5 + 1))
-		select {
-		case <-time.After(backoff + jitter):
-		case <-ctx.Done():
+		if !r.pause(ctx.Done(), backoff+jitter) {
 			return ctx.Err()
 		}
 		backoff = min(backoff*2, r.cfg.MaxBackoff)
+	}
+}
+
+// pause waits d on the runner's clock; false when cancel closes first.
+func (r *Runner) pause(cancel <-chan struct{}, d time.Duration) bool {
+	t := r.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-cancel:
+		return false
 	}
 }
 
@@ -204,10 +223,7 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 		if attempt == 3 {
 			r.cfg.Logger.Warn("report detached run exit; retrying", "run", st.RunID, "err", err)
 		}
-		select {
-		case <-sess.CloseChan():
-		case <-time.After(backoff):
-		}
+		r.pause(sess.CloseChan(), backoff)
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
@@ -218,6 +234,8 @@ func reportOn(sess *yamux.Session, st protocol.RunStatus) error {
 		return err
 	}
 	defer stream.Close()
+	// A deadline on a stream or a connection is on the wall clock, never the runner's Clock:
+	// yamux and the kernel compare it with real time, and a fake "now" would set it in the past.
 	_ = stream.SetDeadline(time.Now().Add(30 * time.Second))
 	raw, err := json.Marshal(st)
 	if err != nil {

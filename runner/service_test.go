@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -140,7 +141,9 @@ func TestServiceOps(t *testing.T) {
 		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(st.Port)))
 		if err == nil {
 			_, _ = c.Write([]byte("GET /later HTTP/1.0\r\n\r\n"))
-			time.Sleep(100 * time.Millisecond)
+			// Held until the server has answered (and, HTTP/1.0, closed).
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
 			c.Close()
 		}
 	}()

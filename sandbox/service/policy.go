@@ -34,7 +34,9 @@ func idleFor(policy string) (time.Duration, bool) {
 // watchIdle stops a ready service with an idle:DUR policy once it has gone DUR without activity,
 // and returns a func that ends the watching. Activity is what the runner can observe of a
 // service without standing in its traffic: a connection open on its port at a poll, or new log
-// bytes (dev servers log their requests).
+// bytes (dev servers log their requests). Polls and idle time are on the service's clock; each
+// poll re-arms a one-shot timer once the last one was handled, so a fake clock's waiter count says
+// when the watcher waits.
 func (s *Service) watchIdle(proc *process.Process) (stop func()) {
 	idle, ok := idleFor(s.spec.StopPolicy)
 	if !ok {
@@ -45,9 +47,9 @@ func (s *Service) watchIdle(proc *process.Process) (stop func()) {
 	go func() {
 		defer close(done)
 		poll := min(max(idle/10, 10*time.Millisecond), time.Second)
-		t := time.NewTicker(poll)
+		t := s.clock.NewTimer(poll)
 		defer t.Stop()
-		last := time.Now()
+		last := s.clock.Now()
 		_, logEnd := s.log.Bounds()
 		for {
 			select {
@@ -55,17 +57,16 @@ func (s *Service) watchIdle(proc *process.Process) (stop func()) {
 				return
 			case <-proc.Done():
 				return
-			case <-t.C:
+			case <-t.Chan():
 			}
 			_, end := s.log.Bounds()
 			if end != logEnd || connectionsOn(s.port) > 0 {
-				logEnd, last = end, time.Now()
-				continue
-			}
-			if time.Since(last) >= idle {
+				logEnd, last = end, s.clock.Now()
+			} else if s.clock.Since(last) >= idle {
 				s.requestStop(DefaultGrace, fmt.Sprintf("stopped after %s idle (stop policy %s)", idle, s.spec.StopPolicy))
 				return
 			}
+			t.Reset(poll)
 		}
 	}()
 	return func() { cancel(); <-done }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -23,11 +25,38 @@ func waitDone(t *testing.T, s *Service, within time.Duration) protocol.ServiceSt
 	return s.Status()
 }
 
+// advanceWhileReady passes fake time on clock in steps, each once something waits on the clock
+// (an idle watcher's poll: so every step is seen by the watcher), while svc is ready, up to upTo.
+// It returns the time passed.
+func advanceWhileReady(t *testing.T, clock *clockwork.FakeClock, svc *Service, step, upTo time.Duration) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var passed time.Duration
+	for passed < upTo && svc.Status().State == protocol.ServiceReady {
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatalf("nothing waits on the clock after %s of fake time: %v (%+v)", passed, err, svc.Status())
+		}
+		clock.Advance(step)
+		passed += step
+	}
+	return passed
+}
+
 func TestIdleServiceStopsItself(t *testing.T) {
-	bin := buildServer(t)
-	m := newManager(t)
-	st, err := m.Start(context.Background(), protocol.ServiceSpec{Name: "idle", Argv: []string{bin, "PORT"},
-		Ready: "tcp", StopPolicy: "idle:300ms"}, os.Environ())
+	clock := clockwork.NewFakeClock()
+	m := newManager(t, WithClock(clock))
+	// The watcher sees what the kernel lists for the service's port. The test holds the port's
+	// listener (and so the connections to it) itself: the service is ready at its first probe,
+	// and no real time passes for readiness.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	st, err := m.Start(context.Background(), protocol.ServiceSpec{Name: "idle", Argv: []string{"sleep", "60"},
+		Port: port, Ready: "tcp", StopPolicy: "idle:300ms"}, os.Environ())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +66,16 @@ func TestIdleServiceStopsItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	advanceWhileReady(t, clock, svc, 10*time.Millisecond, 1500*time.Millisecond)
 	if got := svc.Status(); got.State != protocol.ServiceReady {
 		c.Close()
 		t.Fatalf("a service with an open connection was stopped as idle: %+v", got)
 	}
 	c.Close()
+	ln.Close()
+	if passed := advanceWhileReady(t, clock, svc, 10*time.Millisecond, time.Minute); passed >= time.Minute {
+		t.Fatalf("a service idle for %s is still up: %+v", passed, svc.Status())
+	}
 	final := waitDone(t, svc, 20*time.Second)
 	if final.State != protocol.ServiceStopped || !strings.Contains(final.Reason, "idle") {
 		t.Fatalf("idle stop: %+v", final)
@@ -53,14 +86,24 @@ func TestIdleServiceStopsItself(t *testing.T) {
 }
 
 func TestManualServiceIsNotStoppedWhenIdle(t *testing.T) {
-	m := newManager(t)
-	if _, err := m.Start(context.Background(), protocol.ServiceSpec{Name: "quiet", Argv: []string{"sleep", "60"}, Ready: ReadyNone}, os.Environ()); err != nil {
-		t.Fatal(err)
+	clock := clockwork.NewFakeClock()
+	m := newManager(t, WithClock(clock))
+	for _, spec := range []protocol.ServiceSpec{
+		{Name: "quiet", Argv: []string{"sleep", "60"}, Ready: ReadyNone},
+		// The control: the same service with an idle policy, which the same time stops.
+		{Name: "idler", Argv: []string{"sleep", "60"}, Ready: ReadyNone, StopPolicy: "idle:300ms"},
+	} {
+		if _, err := m.Start(context.Background(), spec, os.Environ()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	svc, _ := m.Get("quiet")
-	// The idle test above stops within a few polls of 300ms; a manual service outlives that.
-	time.Sleep(time.Second)
-	if st := svc.Status(); st.State != protocol.ServiceReady {
+	quiet, _ := m.Get("quiet")
+	idler, _ := m.Get("idler")
+	passed := advanceWhileReady(t, clock, idler, 10*time.Millisecond, time.Minute)
+	if st := waitDone(t, idler, 20*time.Second); st.State != protocol.ServiceStopped || !strings.Contains(st.Reason, "idle") {
+		t.Fatalf("the idle control after %s: %+v", passed, st)
+	}
+	if st := quiet.Status(); st.State != protocol.ServiceReady {
 		t.Fatalf("a manual service stopped on its own: %+v", st)
 	}
 }

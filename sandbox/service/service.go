@@ -7,14 +7,16 @@ package service
 import (
 	"context"
 	"fmt"
-	"github.com/tetherhq/tether/sandbox/process"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/process"
 )
 
 // Defaults for the optional fields of a spec.
@@ -44,6 +46,7 @@ type DirResolver func(rel string) (dir string, release func(), err error)
 // keep running across controller disconnects.
 type Manager struct {
 	resolveDir DirResolver
+	clock      clockwork.Clock
 	// Confiner, when set before the first Start, isolates every service's processes.
 	Confiner process.Confiner
 	mu       sync.Mutex
@@ -52,9 +55,24 @@ type Manager struct {
 	quiesced bool
 }
 
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithClock makes the manager's services read and wait on clock: their status stamps, readiness
+// timeout and probe interval, restart delay, idle stop policy and stop grace. The default is the
+// real clock. What bounds the kernel (a killed group's disappearance, a port closing) and the
+// pace of polling it stay on real time: a fake clock there could only turn an error into a hang.
+func WithClock(clock clockwork.Clock) Option {
+	return func(m *Manager) { m.clock = clock }
+}
+
 // NewManager makes a manager; resolveDir guards each service's working directory.
-func NewManager(resolveDir DirResolver) *Manager {
-	return &Manager{resolveDir: resolveDir, svcs: map[string]*Service{}}
+func NewManager(resolveDir DirResolver, opts ...Option) *Manager {
+	m := &Manager{resolveDir: resolveDir, clock: clockwork.NewRealClock(), svcs: map[string]*Service{}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 // Start starts spec with baseEnv under it and waits until the service is observed ready (or has
@@ -82,7 +100,7 @@ func (m *Manager) Start(ctx context.Context, spec protocol.ServiceSpec, baseEnv 
 		}
 		port = p
 	}
-	s := newService(spec, port, baseEnv, m.resolveDir)
+	s := newService(spec, port, baseEnv, m.resolveDir, m.clock)
 	s.confiner = m.Confiner
 	m.svcs[spec.Name] = s
 	m.mu.Unlock()

@@ -66,9 +66,9 @@ type testManager struct {
 	root string
 }
 
-func newManager(t *testing.T) testManager {
+func newManager(t *testing.T, opts ...Option) testManager {
 	root := t.TempDir()
-	m := NewManager(func(rel string) (string, func(), error) { return filepath.Join(root, rel), func() {}, nil })
+	m := NewManager(func(rel string) (string, func(), error) { return filepath.Join(root, rel), func() {}, nil }, opts...)
 	t.Cleanup(func() { m.StopAll(time.Second) })
 	return testManager{m, root}
 }

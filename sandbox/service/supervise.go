@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/process"
 )
@@ -25,6 +27,7 @@ type Service struct {
 	env        []string
 	resolveDir DirResolver
 	confiner   process.Confiner
+	clock      clockwork.Clock
 	log        *Ring
 	tail       *tailBuffer
 
@@ -40,11 +43,11 @@ type Service struct {
 	stopErr     error         // set when a requested stop could not verify the group or port gone
 }
 
-func newService(spec protocol.ServiceSpec, port int, baseEnv []string, resolveDir DirResolver) *Service {
+func newService(spec protocol.ServiceSpec, port int, baseEnv []string, resolveDir DirResolver, clock clockwork.Clock) *Service {
 	return &Service{
-		spec: spec, port: port, env: environ(baseEnv, spec.Env, spec.PortEnv, port), resolveDir: resolveDir,
+		spec: spec, port: port, env: environ(baseEnv, spec.Env, spec.PortEnv, port), resolveDir: resolveDir, clock: clock,
 		log: NewRing(spec.LogBytes), tail: &tailBuffer{max: stderrTailBytes},
-		status:  protocol.ServiceStatus{Name: spec.Name, State: protocol.ServiceStarting, Port: port, Spec: spec, StartedAt: time.Now()},
+		status:  protocol.ServiceStatus{Name: spec.Name, State: protocol.ServiceStarting, Port: port, Spec: spec, StartedAt: clock.Now()},
 		stopReq: make(chan struct{}), readyOrDone: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -126,7 +129,7 @@ func (s *Service) stopFor(ctx context.Context, grace time.Duration, reason strin
 // finish records the final state. Only the supervisor calls it, once.
 func (s *Service) finish(state, reason string, withTail bool) {
 	s.update(func(st *protocol.ServiceStatus) {
-		st.State, st.Reason, st.StoppedAt, st.PID = state, reason, time.Now(), 0
+		st.State, st.Reason, st.StoppedAt, st.PID = state, reason, s.clock.Now(), 0
 		if withTail {
 			st.StderrTail = s.tail.String()
 		}
@@ -157,7 +160,7 @@ func (s *Service) supervise() {
 			return
 		case readyOK:
 			s.update(func(st *protocol.ServiceStatus) {
-				st.State, st.ReadyAt, st.Reason = protocol.ServiceReady, time.Now(), ""
+				st.State, st.ReadyAt, st.Reason = protocol.ServiceReady, s.clock.Now(), ""
 			})
 			s.readyOnce.Do(func() { close(s.readyOrDone) })
 			idleDone := s.watchIdle(proc)
@@ -198,12 +201,22 @@ func (s *Service) supervise() {
 			st.Restarts++
 			st.State, st.Reason, st.PID = protocol.ServiceStarting, "restarting: "+how, 0
 		})
-		select {
-		case <-time.After(restartDelay):
-		case <-s.stopReq:
+		if !s.restartPause() {
 			s.finish(protocol.ServiceStopped, s.reasonForStop(), false)
 			return
 		}
+	}
+}
+
+// restartPause waits restartDelay before a restart; false when a stop was asked for meanwhile.
+func (s *Service) restartPause() bool {
+	t := s.clock.NewTimer(restartDelay)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-s.stopReq:
+		return false
 	}
 }
 
@@ -221,7 +234,7 @@ func (s *Service) launch() (*process.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.update(func(st *protocol.ServiceStatus) { st.PID, st.StartedAt = proc.PID(), time.Now() })
+	s.update(func(st *protocol.ServiceStatus) { st.PID, st.StartedAt = proc.PID(), s.clock.Now() })
 	return proc, nil
 }
 
@@ -235,10 +248,19 @@ const (
 )
 
 // awaitReady probes the service until it answers, exits, runs out of time or is asked to stop.
+// The ready timeout and the interval between probes are on the service's clock.
 func (s *Service) awaitReady(proc *process.Process) readiness {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.spec.ReadyTimeout))
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	timeout := s.clock.AfterFunc(time.Duration(s.spec.ReadyTimeout), cancel)
+	defer timeout.Stop()
 	interval := time.Duration(s.spec.ReadyInterval)
+	var next clockwork.Timer
+	defer func() {
+		if next != nil {
+			next.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.stopReq:
@@ -257,6 +279,11 @@ func (s *Service) awaitReady(proc *process.Process) readiness {
 				return readyOK
 			}
 		}
+		if next == nil {
+			next = s.clock.NewTimer(interval)
+		} else {
+			next.Reset(interval)
+		}
 		select {
 		case <-s.stopReq:
 			return readyStop
@@ -264,7 +291,7 @@ func (s *Service) awaitReady(proc *process.Process) readiness {
 			return readyExited
 		case <-ctx.Done():
 			return readyTimeout
-		case <-time.After(interval):
+		case <-next.Chan():
 		}
 	}
 }
@@ -276,7 +303,8 @@ var probeClient = &http.Client{
 	},
 }
 
-// probe checks readiness once.
+// probe checks readiness once. Its own bound is on real time: it limits one connection
+// attempt, which the kernel and the service answer in real time whatever the clock says.
 func (s *Service) probe(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, max(time.Second, time.Duration(s.spec.ReadyInterval)))
 	defer cancel()
@@ -324,9 +352,18 @@ func (s *Service) stop(proc *process.Process) {
 	s.mu.Unlock()
 	pgid := proc.PID()
 	_ = proc.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for !groupGone(pgid, proc) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// The grace is on the service's clock; the pace of looking at the process table is real time.
+	graceOver := s.clock.NewTimer(grace)
+	defer graceOver.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+wait:
+	for !groupGone(pgid, proc) {
+		select {
+		case <-graceOver.Chan():
+			break wait
+		case <-poll.C:
+		}
 	}
 	var err error
 	if !groupGone(pgid, proc) {
@@ -351,7 +388,8 @@ func (s *Service) reasonForStop() string {
 	return s.stopReason
 }
 
-// killGroup SIGKILLs the process group and waits until it is gone.
+// killGroup SIGKILLs the process group and waits until it is gone. goneTimeout bounds the
+// kernel, not a policy, so it is on real time (as is waitPortClosed's).
 func killGroup(proc *process.Process) error {
 	pgid := proc.PID()
 	proc.Cancel()

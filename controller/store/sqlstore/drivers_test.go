@@ -23,7 +23,7 @@ type driver struct {
 	// fresh returns where an empty store for t lives (a file path or a URL); extra is added to
 	// a PostgreSQL URL's query.
 	fresh func(t *testing.T, extra string) string
-	open  func(ctx context.Context, where string) (*sqlstore.DB, error)
+	open  func(ctx context.Context, where string, opts ...sqlstore.Option) (*sqlstore.DB, error)
 }
 
 var drivers = []driver{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // A migration is one numbered step of the schema. Steps are applied in order, each once, and are
@@ -114,7 +113,7 @@ func (s *DB) migrate(ctx context.Context) error {
 			}
 		}
 		if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
-			m.version, m.name, time.Now().UTC()); err != nil {
+			m.version, m.name, s.now()); err != nil {
 			return fmt.Errorf("migration %d (%s): record: %w", m.version, m.name, err)
 		}
 	}

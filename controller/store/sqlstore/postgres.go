@@ -45,7 +45,7 @@ var postgresDialect = &dialect{
 // with libpq's parameters: sslmode, connect_timeout, …) and migrates its schema. The extra
 // parameter pool_max_conns bounds the connections this process opens (DefaultPostgresConns).
 // Tables go to the connection's search_path (the public schema unless the URL sets one).
-func OpenPostgres(ctx context.Context, rawURL string) (*DB, error) {
+func OpenPostgres(ctx context.Context, rawURL string, opts ...Option) (*DB, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse errors quote the URL, password included: say only what is wrong.
@@ -73,7 +73,7 @@ func OpenPostgres(ctx context.Context, rawURL string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres store %s: %w", where, err)
 	}
-	s, err := open(ctx, db, postgresDialect)
+	s, err := open(ctx, db, postgresDialect, opts)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store %s: %w", where, err)
 	}

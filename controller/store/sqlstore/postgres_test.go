@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/controller/store/storetest"
@@ -14,8 +16,8 @@ import (
 
 // TestPostgres runs the shared suite against a real PostgreSQL, a fresh database per subtest.
 func TestPostgres(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		db, err := sqlstore.OpenPostgres(context.Background(), freshPostgres(t, ""))
+	storetest.Run(t, func(t *testing.T, clock clockwork.Clock) store.Store {
+		db, err := sqlstore.OpenPostgres(context.Background(), freshPostgres(t, ""), sqlstore.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,14 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/controller/store/storetest"
 )
 
 func TestSQLite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		db, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"))
+	storetest.Run(t, func(t *testing.T, clock clockwork.Clock) store.Store {
+		db, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"), sqlstore.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}

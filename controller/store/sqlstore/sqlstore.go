@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
@@ -21,28 +23,41 @@ import (
 
 // DB is a store.Store on a SQL database.
 type DB struct {
-	db  *sql.DB
-	d   *dialect
-	now func() time.Time
+	db    *sql.DB
+	d     *dialect
+	clock clockwork.Clock
 }
 
 var _ store.Store = (*DB)(nil)
 
+// Option configures a store as it opens.
+type Option func(*DB)
+
+// WithClock makes the store read the time from clock (the real clock by default): the instants
+// it records and the one lease expiry is judged against. Every instant is computed here and
+// passed to the database as a parameter; no query reads the database server's clock.
+func WithClock(clock clockwork.Clock) Option {
+	return func(s *DB) { s.clock = clock }
+}
+
+// now is the store's time, in UTC.
+func (s *DB) now() time.Time { return s.clock.Now().UTC() }
+
 // Open opens the store storeURL names: "" is SQLite in dataDir (tether.db), postgres://… or
 // postgresql://… a PostgreSQL database (see OpenPostgres).
-func Open(ctx context.Context, storeURL, dataDir string) (*DB, error) {
+func Open(ctx context.Context, storeURL, dataDir string, opts ...Option) (*DB, error) {
 	switch {
 	case storeURL == "":
-		return OpenSQLite(ctx, filepath.Join(dataDir, "tether.db"))
+		return OpenSQLite(ctx, filepath.Join(dataDir, "tether.db"), opts...)
 	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
-		return OpenPostgres(ctx, storeURL)
+		return OpenPostgres(ctx, storeURL, opts...)
 	}
 	scheme, _, _ := strings.Cut(storeURL, ":")
 	return nil, fmt.Errorf("store URL with scheme %q: want postgres://… (or none, for SQLite in the data dir)", scheme)
 }
 
 // OpenSQLite opens (creating when missing) the SQLite database at path.
-func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+func OpenSQLite(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -51,12 +66,15 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	// One connection: SQLite allows one writer, and a single connection keeps writes serialized
 	// without busy retries.
 	db.SetMaxOpenConns(1)
-	return open(ctx, db, sqliteDialect)
+	return open(ctx, db, sqliteDialect, opts)
 }
 
 // open migrates db and wraps it; it closes db on failure.
-func open(ctx context.Context, db *sql.DB, d *dialect) (*DB, error) {
-	s := &DB{db: db, d: d, now: func() time.Time { return time.Now().UTC() }}
+func open(ctx context.Context, db *sql.DB, d *dialect, opts []Option) (*DB, error) {
+	s := &DB{db: db, d: d, clock: clockwork.NewRealClock()}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err

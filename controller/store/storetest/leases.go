@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
 
-func testLeases(t *testing.T, s store.Store) {
+func testLeases(t *testing.T, s store.Store, clock *clockwork.FakeClock) {
 	ctx := context.Background()
 	w, _ := create(t, s, "leased", base)
 
@@ -43,7 +45,11 @@ func testLeases(t *testing.T, s store.Store) {
 	if err != nil || b.Epoch != 2 {
 		t.Fatalf("acquire after release: %+v, %v", b, err)
 	}
-	time.Sleep(5 * time.Millisecond) // let the 1 ms lease expire (a bound, not a timing assertion)
+	clock.Advance(time.Millisecond - time.Microsecond)
+	if _, held, _ := s.CurrentLease(ctx, w.ID); !held {
+		t.Fatal("a 1 ms lease is not current 999 µs after it was acquired")
+	}
+	clock.Advance(time.Microsecond) // the 1 ms lease expires
 	if _, held, _ := s.CurrentLease(ctx, w.ID); held {
 		t.Fatal("an expired lease is still current")
 	}

@@ -10,54 +10,67 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
 
-// Run runs the suite. open returns a new, empty store for each subtest; Run closes it when the
-// subtest ends (cleanups open registers itself run after that Close).
-func Run(t *testing.T, open func(t *testing.T) store.Store) {
+// Run runs the suite. open returns a new, empty store for each subtest that reads the time from
+// clock (a fake clock: only the tests that need time to pass advance it); Run closes the store
+// when the subtest ends (cleanups open registers itself run after that Close).
+func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Store) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s store.Store)
+		fn   suiteTest
 	}{
-		{"Workspaces", testWorkspaces},
-		{"WorkspaceListOrder", testWorkspaceListOrder},
-		{"DuplicateName", testDuplicateName},
-		{"Allocations", testAllocations},
-		{"SessionRotation", testSessionRotation},
-		{"SessionRotationRace", testSessionRotationRace},
-		{"SessionRefused", testSessionRefused},
-		{"AllocationBySession", testAllocationBySession},
-		{"RecordEvent", testRecordEvent},
-		{"Runs", testRuns},
-		{"NotFound", testNotFound},
+		{"Workspaces", plain(testWorkspaces)},
+		{"WorkspaceListOrder", plain(testWorkspaceListOrder)},
+		{"DuplicateName", plain(testDuplicateName)},
+		{"Allocations", plain(testAllocations)},
+		{"SessionRotation", plain(testSessionRotation)},
+		{"SessionRotationRace", plain(testSessionRotationRace)},
+		{"SessionRefused", plain(testSessionRefused)},
+		{"AllocationBySession", plain(testAllocationBySession)},
+		{"RecordEvent", plain(testRecordEvent)},
+		{"Runs", plain(testRuns)},
+		{"NotFound", plain(testNotFound)},
 		{"Leases", testLeases},
-		{"LeaseRace", testLeaseRace},
-		{"EventsAndAllocations", testEventsAndAllocations},
-		{"Artifacts", testArtifacts},
-		{"Services", testServices},
-		{"Projects", testProjects},
-		{"ProjectWorkspaces", testProjectWorkspaces},
-		{"TransitionWorkspace", testTransitionWorkspace},
-		{"TransitionRace", testTransitionRace},
-		{"WorkspaceReclaimed", testWorkspaceReclaimed},
-		{"ReclaimSnapshot", testReclaimSnapshot},
-		{"RunOutput", testRunOutput},
-		{"AllocationInfo", testAllocationInfo},
+		{"LeaseRace", plain(testLeaseRace)},
+		{"EventsAndAllocations", plain(testEventsAndAllocations)},
+		{"Artifacts", plain(testArtifacts)},
+		{"Services", plain(testServices)},
+		{"Projects", plain(testProjects)},
+		{"ProjectWorkspaces", plain(testProjectWorkspaces)},
+		{"TransitionWorkspace", plain(testTransitionWorkspace)},
+		{"TransitionRace", plain(testTransitionRace)},
+		{"WorkspaceReclaimed", plain(testWorkspaceReclaimed)},
+		{"ReclaimSnapshot", plain(testReclaimSnapshot)},
+		{"RunOutput", plain(testRunOutput)},
+		{"AllocationInfo", plain(testAllocationInfo)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := open(t)
+			// Now, to the microsecond every SQL database keeps.
+			clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Microsecond))
+			s := open(t, clock)
 			t.Cleanup(func() {
 				if err := s.Close(); err != nil {
 					t.Errorf("Close: %v", err)
 				}
 			})
-			tc.fn(t, s)
+			tc.fn(t, s, clock)
 		})
 	}
+}
+
+// suiteTest is one test of the suite, given the store and the fake clock it reads.
+type suiteTest func(t *testing.T, s store.Store, clock *clockwork.FakeClock)
+
+// plain makes a suite test of one that leaves the clock alone.
+func plain(fn func(t *testing.T, s store.Store)) suiteTest {
+	return func(t *testing.T, s store.Store, _ *clockwork.FakeClock) { fn(t, s) }
 }
 
 // base is a fixed instant with microsecond precision, which every SQL database keeps.
