@@ -313,9 +313,7 @@ func (s *Server) teardown(ctx context.Context, ws api.Workspace) {
 	}
 	if err := s.runCommands(ctx, c, ws, "teardown", cmds); err != nil {
 		s.log.Warn("teardown failed", "workspace", ws.ID, "err", err)
-		if cur, gerr := s.store.GetWorkspace(ctx, ws.ID); gerr == nil {
-			_ = s.store.UpdateWorkspace(ctx, ws.ID, cur.State, cur.Reason, "teardown failed: "+firstLine(protocol.AsError(err).Message))
-		}
+		_ = s.store.RecordEvent(ctx, ws.ID, "teardown failed: "+firstLine(protocol.AsError(err).Message))
 	}
 }
 

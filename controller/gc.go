@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/gitsource"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 		swept[ws.ID] = true
 		cand := s.gcCandidate(ctx, ws)
 		if cand.Reclaimable && !dryRun && cand.Bytes > 0 {
-			if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReclaiming, "", "gc: reclaim"); err != nil {
+			if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartReclaim, "", "gc: reclaim"); err != nil {
 				if protocol.CodeOf(err) == protocol.CodeConflict {
 					cand.Reclaimable, cand.Why = false, "a reopen got there first"
 					res.Candidates = append(res.Candidates, cand)
@@ -163,7 +164,7 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 		return 0, err
 	}
 	if len(snaps) == 0 {
-		return 0, s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateReclaiming}, api.StateClosed, "", "gc: nothing to reclaim")
+		return 0, s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: nothing to reclaim")
 	}
 	now := s.cfg.Now().UTC()
 	superseded := snaps[:len(snaps)-1]
@@ -199,7 +200,7 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 	if err := s.store.SetWorkspaceReclaimed(ctx, ws.ID, now); err != nil {
 		return freed, err
 	}
-	if err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateReclaiming}, api.StateClosed, "",
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "",
 		fmt.Sprintf("gc: reclaimed %d bytes of superseded receipts", freed)); err != nil {
 		return freed, err
 	}

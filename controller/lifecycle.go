@@ -9,6 +9,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -41,7 +42,7 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 		chk.LastSnapshot = last.ID
 	}
 	if ws.State != api.StateReady {
-		chk.Reasons = append(chk.Reasons, "workspace is "+ws.State)
+		chk.Reasons = append(chk.Reasons, "workspace is "+string(ws.State))
 		return chk, nil
 	}
 	c, err := s.runnerFor(ctx, ws.ID)
@@ -134,12 +135,12 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if !ok {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateClosing, "", "close"); err != nil {
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartClose, "", "close"); err != nil {
 		return api.CloseResult{}, err
 	}
 	back := func(err error) (api.CloseResult, error) {
 		s.unquiesce(ctx, ws, c)
-		_ = s.store.UpdateWorkspace(context.WithoutCancel(ctx), ws.ID, api.StateReady, "", "close refused: "+protocol.AsError(err).Message)
+		_ = s.store.TransitionWorkspace(context.WithoutCancel(ctx), ws.ID, wsstate.RefuseClose, "", "close refused: "+protocol.AsError(err).Message)
 		return api.CloseResult{}, err
 	}
 	// Nothing may write after the last capture: every run and service stops first, verified,
@@ -182,7 +183,7 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if _, err := s.store.BumpEpoch(context.WithoutCancel(ctx), ws.ID); err != nil {
 		return api.CloseResult{}, err
 	}
-	if err := s.store.UpdateWorkspace(context.WithoutCancel(ctx), ws.ID, api.StateClosed, "", "closed, saved in "+res.Saved); err != nil {
+	if err := s.store.TransitionWorkspace(context.WithoutCancel(ctx), ws.ID, wsstate.FinishClose, "", "closed, saved in "+res.Saved); err != nil {
 		return api.CloseResult{}, err
 	}
 	ws, err = s.workspace(context.WithoutCancel(ctx), ws.ID)
@@ -262,7 +263,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	// the workspace. A sweep that started reclaiming meanwhile is waited for (it holds the sweep
 	// lock), then the reopen goes on; another reopen wins and this one is refused.
 	for {
-		err := s.store.TransitionWorkspace(ctx, ws.ID, []string{api.StateClosed}, api.StateReopening, "", "reopen on provider "+req.Provider)
+		err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartReopen, "", "reopen on provider "+req.Provider)
 		if err == nil {
 			break
 		}
@@ -284,7 +285,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 		if cur.AllocationID == alloc.ID {
 			_ = s.releaseAllocation(bg, cur)
 		}
-		_ = s.store.UpdateWorkspace(bg, ws.ID, api.StateClosed, protocol.AsError(err).Message, "reopen failed")
+		_ = s.store.TransitionWorkspace(bg, ws.ID, wsstate.FailReopen, protocol.AsError(err).Message, "reopen failed")
 		return ws, err
 	}
 	if err := s.store.AddAllocation(ctx, alloc); err != nil {
@@ -307,7 +308,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 			return fail(err)
 		}
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateReady, "", "reopened on allocation "+alloc.ID); err != nil {
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReopen, "", "reopened on allocation "+alloc.ID); err != nil {
 		return fail(err)
 	}
 	s.pushEpoch(ctx, ws, epoch)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
-	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -86,7 +86,7 @@ func TestRunnerReportedPortOtherThanAllottedIsRefused(t *testing.T) {
 	ownPort, _ := strconv.Atoi(u.Port())
 	al, sess, _ := tc.connectRunner(t, "ports")
 	// What provisioning does once the runner is connected.
-	if err := tc.s.store.UpdateWorkspace(context.Background(), al.workspaceID, api.StateReady, "", ""); err != nil {
+	if err := tc.s.store.TransitionWorkspace(context.Background(), al.workspaceID, wsstate.FinishProvision, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	runner := &fakeServiceRunner{given: map[string]int{}}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/plugins/provider"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -95,20 +96,20 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 		defer close(done)
 		if err := s.startAllocationWith(s.ctx, prov, ws, token, req.Options); err != nil {
 			s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
-			_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "provisioning failed")
+			_ = s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "provisioning failed")
 			return
 		}
 		if git != nil {
 			if err := s.prepareCheckout(s.ctx, ws, proj); err != nil {
 				s.log.Warn("workspace checkout or provision failed", "workspace", ws.ID, "reason", err)
-				_ = s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateFailed, protocol.AsError(err).Message, "checkout or provision failed")
+				_ = s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "checkout or provision failed")
 				if rerr := s.releaseAllocation(context.WithoutCancel(s.ctx), ws); rerr != nil {
 					s.log.Warn("release failed workspace", "workspace", ws.ID, "err", rerr)
 				}
 				return
 			}
 		}
-		if err := s.store.UpdateWorkspace(s.ctx, ws.ID, api.StateReady, "", "runner connected and answered a probe"); err != nil {
+		if err := s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FinishProvision, "", "runner connected and answered a probe"); err != nil {
 			s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
 		}
 	}()
@@ -265,7 +266,7 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 	if err := s.releaseAllocation(ctx, ws); err != nil {
 		return ws, err
 	}
-	if err := s.store.UpdateWorkspace(ctx, ws.ID, api.StateDeleted, "", "workspace rm"); err != nil {
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.Delete, "", "workspace rm"); err != nil {
 		return ws, err
 	}
 	ws.State, ws.Connected = api.StateDeleted, false

@@ -106,7 +106,7 @@ func TestCloseSavesThenReopenRestores(t *testing.T) {
 	}
 	var path []string
 	for _, e := range evs {
-		path = append(path, e.To)
+		path = append(path, string(e.To))
 	}
 	want := "provisioning ready closing closed reopening ready closing ready"
 	if strings.Join(path, " ") != want {

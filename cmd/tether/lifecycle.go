@@ -109,7 +109,7 @@ func newWorkspaceEventsCmd(c *cli) *cobra.Command {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TIME\tFROM\tTO\tCAUSE")
 			for _, e := range evs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.At.Local().Format(time.RFC3339), firstNonEmpty(e.From, "-"), e.To, e.Cause)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.At.Local().Format(time.RFC3339), firstNonEmpty(string(e.From), "-"), e.To, e.Cause)
 			}
 			return tw.Flush()
 		},

@@ -176,7 +176,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				return c.printJSON(w)
 			}
 			if err := c.printFields(append([][2]string{
-				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", w.State},
+				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
 			}, append(gitRows(w), sandboxRows(w)...)...)); err != nil {

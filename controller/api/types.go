@@ -8,31 +8,36 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
+// WorkspaceState is the state of a workspace, as the API shows it and the store keeps it. Which
+// state may follow which is controller/wsstate's table, and only the store's TransitionWorkspace
+// moves a workspace along it.
+type WorkspaceState string
+
 // Workspace states.
 const (
-	StateProvisioning = "provisioning"
-	StateReady        = "ready"
-	StateFailed       = "failed"
-	StateClosing      = "closing"
-	StateClosed       = "closed"
-	StateReopening    = "reopening"
-	StateDeleted      = "deleted"
+	StateProvisioning WorkspaceState = "provisioning"
+	StateReady        WorkspaceState = "ready"
+	StateFailed       WorkspaceState = "failed"
+	StateClosing      WorkspaceState = "closing"
+	StateClosed       WorkspaceState = "closed"
+	StateReopening    WorkspaceState = "reopening"
+	StateDeleted      WorkspaceState = "deleted"
 	// StateReclaiming: a closed workspace whose superseded storage a gc sweep is removing. A
 	// sweep interrupted here is finished by the next one; a reopen waits for it.
-	StateReclaiming = "reclaiming"
+	StateReclaiming WorkspaceState = "reclaiming"
 )
 
 // Workspace is a durable unit of work.
 type Workspace struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	Provider     string `json:"provider"`
-	State        string `json:"state"`
-	Reason       string `json:"reason,omitempty"` // why it failed
-	AllocationID string `json:"allocation_id"`
-	Root         string `json:"root,omitempty"` // workspace root inside the sandbox
-	Connected    bool   `json:"connected"`      // the runner is connected right now
-	Epoch        uint64 `json:"epoch"`          // the writer epoch: grows with every lease and reopen
+	ID           string         `json:"id"`
+	Name         string         `json:"name"`
+	Provider     string         `json:"provider"`
+	State        WorkspaceState `json:"state"`
+	Reason       string         `json:"reason,omitempty"` // why it failed
+	AllocationID string         `json:"allocation_id"`
+	Root         string         `json:"root,omitempty"` // workspace root inside the sandbox
+	Connected    bool           `json:"connected"`      // the runner is connected right now
+	Epoch        uint64         `json:"epoch"`          // the writer epoch: grows with every lease and reopen
 	// Git is set for a project workspace: its project, mode, branch and base.
 	Git *WorkspaceGit `json:"git,omitempty"`
 	// AllocationInfo is what the provider said of the current allocation's sandbox: for Docker
@@ -108,10 +113,10 @@ type LeaseRequest struct {
 
 // Event is one recorded state transition of a workspace.
 type Event struct {
-	At    time.Time `json:"at"`
-	From  string    `json:"from,omitempty"`
-	To    string    `json:"to"`
-	Cause string    `json:"cause"`
+	At    time.Time      `json:"at"`
+	From  WorkspaceState `json:"from,omitempty"`
+	To    WorkspaceState `json:"to"`
+	Cause string         `json:"cause"`
 }
 
 // ErrorBody is every non-2xx response body.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/wsstate"
 )
 
 // Allocation states.
@@ -39,12 +40,17 @@ type Allocation struct {
 // Store is the controller's state. Every method is safe for concurrent use. Lookups of missing
 // records return a *protocol.Error with CodeNotFound.
 type Store interface {
+	// CreateWorkspace records a workspace and its first allocation (the controller creates it in
+	// wsstate.Initial; a state wsstate does not know is CodeInvalidArgument).
 	CreateWorkspace(ctx context.Context, w api.Workspace, a Allocation) error
 	GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 	// ListWorkspaces lists workspaces oldest first, without deleted ones unless all.
 	ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error)
-	// UpdateWorkspace moves a workspace to state and records the transition with its cause.
-	UpdateWorkspace(ctx context.Context, id, state, reason, cause string) error
+	// TransitionWorkspace makes the transition of ev in wsstate's table — the only way a
+	// workspace's state changes — if the workspace is in one of ev's from states, atomically: it
+	// sets the state ev leads to and reason, and records the event with its cause. From any other
+	// state it is CodeConflict naming the current state, and nothing changes.
+	TransitionWorkspace(ctx context.Context, id string, ev wsstate.Event, reason, cause string) error
 	// ListEvents returns a workspace's transitions, oldest first.
 	ListEvents(ctx context.Context, workspaceID string) ([]api.Event, error)
 	// AddAllocation records a new allocation for an existing workspace and makes it current.
@@ -132,9 +138,6 @@ type Store interface {
 	// failed (ok false when there is none).
 	OpenWorkspaceFor(ctx context.Context, projectID, branch string) (w api.Workspace, ok bool, err error)
 
-	// TransitionWorkspace moves a workspace to state only if its state is one of from, atomically
-	// (CodeConflict naming the current state otherwise), and records the transition.
-	TransitionWorkspace(ctx context.Context, id string, from []string, to, reason, cause string) error
 	// SetWorkspaceReclaimed records when a sweep reclaimed the workspace.
 	SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error
 	// ReclaimSnapshot marks a receipt's object reclaimed (kept as history; SnapshotObjectKeys no

@@ -24,12 +24,12 @@ func init() {
 
 // addEvent records a transition inside tx. seq orders events of one workspace even when two
 // share a timestamp.
-func (s *DB) addEvent(ctx context.Context, tx *sql.Tx, workspaceID, from, to, cause string, at time.Time) error {
+func (s *DB) addEvent(ctx context.Context, tx *sql.Tx, workspaceID string, from, to api.WorkspaceState, cause string, at time.Time) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	_, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspace_events (id, workspace_id, seq, at, from_state, to_state, cause)
 		VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workspace_events WHERE workspace_id = ?), ?, ?, ?, ?)`),
-		"ev_"+hex.EncodeToString(b[:]), workspaceID, workspaceID, at.UTC(), from, to, cause)
+		"ev_"+hex.EncodeToString(b[:]), workspaceID, workspaceID, at.UTC(), string(from), string(to), cause)
 	if err != nil {
 		return fmt.Errorf("record event: %w", err)
 	}
@@ -77,7 +77,7 @@ func (s *DB) RecordEvent(ctx context.Context, workspaceID, cause string) error {
 		return err
 	}
 	defer tx.Rollback()
-	var state string
+	var state api.WorkspaceState
 	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), workspaceID).Scan(&state); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("workspace", workspaceID)

@@ -38,7 +38,7 @@ func (s *DB) AcquireLease(ctx context.Context, workspaceID, holder string, ttl t
 	}
 	defer tx.Rollback()
 	var epoch uint64
-	var state string
+	var state api.WorkspaceState
 	err = tx.QueryRowContext(ctx, s.d.q(`SELECT epoch, state FROM workspaces WHERE id = ?`+s.d.forUpdate), workspaceID).Scan(&epoch, &state)
 	if errors.Is(err, sql.ErrNoRows) || state == api.StateDeleted {
 		return api.Lease{}, notFound("workspace", workspaceID)

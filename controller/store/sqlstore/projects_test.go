@@ -10,6 +10,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/controller/store/storetest"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -101,7 +102,7 @@ func TestMigrateProjects(t *testing.T) {
 			if _, ok, err := s.OpenWorkspaceFor(ctx, "", ""); ok || err != nil {
 				t.Fatalf("a workspace of no project is open for the empty project: %v, %v", ok, err)
 			}
-			if err := s.TransitionWorkspace(ctx, w.ID, []string{api.StateClosed}, api.StateReclaiming, "", "gc"); err != nil {
+			if err := s.TransitionWorkspace(ctx, w.ID, wsstate.StartReclaim, "", "gc"); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.SetWorkspaceReclaimed(ctx, w.ID, at.Add(time.Hour)); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -89,6 +90,9 @@ func notFound(kind, id string) error {
 }
 
 func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Allocation) error {
+	if !wsstate.Known(w.State) {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "workspace %s: unknown state %q", w.ID, w.State)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -115,7 +119,7 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 		}
 	}
 	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, w.State, w.Reason, w.AllocationID, projectID, git, branch,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, string(w.State), w.Reason, w.AllocationID, projectID, git, branch,
 		w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
 		switch s.d.uniqueConstraint(err) { // a concurrent create got there since the counts
 		case "workspaces_live_name":
@@ -181,24 +185,53 @@ func (s *DB) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, err
 		WHERE ? OR w.state <> 'deleted' ORDER BY w.created_at, w.id`, all)
 }
 
-func (s *DB) UpdateWorkspace(ctx context.Context, id, state, reason, cause string) error {
+// TransitionWorkspace makes the transition of ev (see wsstate) in one transaction. The row is
+// read locked (PostgreSQL FOR UPDATE; SQLite's transactions hold the write lock from their start)
+// so the event names the state actually left, and the UPDATE is guarded by the event's from
+// states, so of any number of racing transitions from one state exactly one wins.
+func (s *DB) TransitionWorkspace(ctx context.Context, id string, ev wsstate.Event, reason, cause string) error {
+	t, ok := wsstate.Lookup(ev)
+	if !ok {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "workspace %s: no transition %q in the state machine", id, ev)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var from string
-	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), id).Scan(&from); err != nil {
+	var cur api.WorkspaceState
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), id).Scan(&cur); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("workspace", id)
 		}
 		return err
 	}
-	now := s.now()
-	if _, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ?`), state, reason, now, id); err != nil {
-		return err
+	conflict := func() error {
+		from := make([]string, len(t.From))
+		for i, f := range t.From {
+			from[i] = string(f)
+		}
+		return protocol.Errorf(protocol.CodeConflict, "workspace %s is %s, not %s (%s)", id, cur, strings.Join(from, " or "), ev)
 	}
-	if err := s.addEvent(ctx, tx, id, from, state, cause, now); err != nil {
+	if !t.Allows(cur) {
+		return conflict()
+	}
+	now := s.now()
+	args := []any{string(t.To), reason, now, id}
+	for _, f := range t.From {
+		args = append(args, string(f))
+	}
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(t.From)), ", ")
+	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state IN (`+in+`)`), args...)
+	if err != nil {
+		return fmt.Errorf("transition workspace: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != 1 {
+		return conflict() // not reached while the row is locked; the guard makes it safe anyway
+	}
+	if err := s.addEvent(ctx, tx, id, cur, t.To, cause, now); err != nil {
 		return err
 	}
 	return tx.Commit()

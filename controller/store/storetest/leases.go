@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -109,8 +110,9 @@ func testLeaseRace(t *testing.T, s store.Store) {
 func testEventsAndAllocations(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	w, a := create(t, s, "evented", base)
-	for _, st := range []string{api.StateReady, api.StateClosing, api.StateClosed} {
-		if err := s.UpdateWorkspace(ctx, w.ID, st, "", "to "+st); err != nil {
+	for _, ev := range []wsstate.Event{wsstate.FinishProvision, wsstate.StartClose, wsstate.FinishClose} {
+		tr, _ := wsstate.Lookup(ev)
+		if err := s.TransitionWorkspace(ctx, w.ID, ev, "", "to "+string(tr.To)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,12 +120,12 @@ func testEventsAndAllocations(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{api.StateProvisioning, api.StateReady, api.StateClosing, api.StateClosed}
+	want := []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateClosing, api.StateClosed}
 	if len(evs) != len(want) {
 		t.Fatalf("events: %+v", evs)
 	}
 	for i, e := range evs {
-		if e.To != want[i] || (i > 0 && (e.From != want[i-1] || e.Cause != "to "+want[i])) {
+		if e.To != want[i] || (i > 0 && (e.From != want[i-1] || e.Cause != "to "+string(want[i]))) {
 			t.Fatalf("event %d: %+v", i, e)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -86,7 +87,7 @@ func testProjects(t *testing.T, s store.Store) {
 }
 
 // createGit stores a fixture workspace of project on branch, in state, and returns it.
-func createGit(t *testing.T, s store.Store, name, project, branch, state string, at time.Time) api.Workspace {
+func createGit(t *testing.T, s store.Store, name, project, branch string, state api.WorkspaceState, at time.Time) api.Workspace {
 	t.Helper()
 	w, a := Fixture(name, at, fmt.Sprintf("bootstrap-%s-%d", name, seq.Add(1)))
 	w.Git = &api.WorkspaceGit{ProjectID: project, Mode: api.ModeShared, Strategy: api.StrategyClone, Branch: branch,
@@ -96,9 +97,7 @@ func createGit(t *testing.T, s store.Store, name, project, branch, state string,
 		t.Fatalf("CreateWorkspace(%s): %v", name, err)
 	}
 	if state != w.State {
-		if err := s.UpdateWorkspace(ctx, w.ID, state, "", "test"); err != nil {
-			t.Fatal(err)
-		}
+		moveTo(t, s, w.ID, state)
 		w.State = state
 	}
 	return w
@@ -200,14 +199,14 @@ func testProjectWorkspaces(t *testing.T, s store.Store) {
 	if err := s.CreateWorkspace(ctx, w2, a2); protocol.CodeOf(err) != protocol.CodeConflict {
 		t.Fatalf("a second live workspace on prj_a's main: %v", err)
 	}
-	if err := s.UpdateWorkspace(ctx, closed.ID, api.StateDeleted, "", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, closed.ID, wsstate.Delete, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	newer := createGit(t, s, "git-newer", "prj_a", "main", api.StateReady, base.Add(8*time.Second))
+	newer := createGit(t, s, "git-newer", "prj_a", "main", api.StateProvisioning, base.Add(8*time.Second))
 	if got, ok := open("prj_a", "main"); !ok || got.ID != newer.ID {
 		t.Fatalf("open workspace on main = %s (ok %v); want %s", got.ID, ok, newer.ID)
 	}
-	if err := s.UpdateWorkspace(ctx, newer.ID, api.StateFailed, "boom", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, newer.ID, wsstate.FailProvision, "boom", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := open("prj_a", "main"); ok {
@@ -218,25 +217,27 @@ func testProjectWorkspaces(t *testing.T, s store.Store) {
 func testTransitionWorkspace(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	w, _ := create(t, s, "moving", base)
-	if err := s.TransitionWorkspace(ctx, w.ID, []string{api.StateProvisioning}, api.StateReady, "", "runner connected"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.FinishProvision, "", "runner connected"); err != nil {
 		t.Fatal(err)
 	}
-	err := s.TransitionWorkspace(ctx, w.ID, []string{api.StateClosed, api.StateReclaiming}, api.StateReopening, "", "reopen")
+	err := s.TransitionWorkspace(ctx, w.ID, wsstate.StartReopen, "", "reopen")
 	wantCode(t, "transition from the wrong state", err, protocol.CodeConflict)
-	if !strings.Contains(err.Error(), api.StateReady) {
+	if !strings.Contains(err.Error(), string(api.StateReady)) {
 		t.Fatalf("conflict does not name the current state: %v", err)
 	}
 	wantCode(t, "transition of a missing workspace",
-		s.TransitionWorkspace(ctx, "ws_missing", []string{api.StateReady}, api.StateClosing, "", "x"), protocol.CodeNotFound)
+		s.TransitionWorkspace(ctx, "ws_missing", wsstate.StartClose, "", "x"), protocol.CodeNotFound)
+	wantCode(t, "an event the state machine does not have",
+		s.TransitionWorkspace(ctx, w.ID, "resurrect", "", "x"), protocol.CodeInvalidArgument)
 	if got, _ := s.GetWorkspace(ctx, w.ID); got.State != api.StateReady {
 		t.Fatalf("state after a refused transition: %s", got.State)
 	}
-	// Any of several from states will do; the reason is set.
-	if err := s.TransitionWorkspace(ctx, w.ID, []string{api.StateFailed, api.StateReady}, api.StateFailed, "disk full", "sweep"); err != nil {
+	// An event of several from states leaves any of them; the reason is set.
+	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.Delete, "disk full", "sweep"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.GetWorkspace(ctx, w.ID); got.State != api.StateFailed || got.Reason != "disk full" {
-		t.Fatalf("after transition to failed: %+v", got)
+	if got, _ := s.GetWorkspace(ctx, w.ID); got.State != api.StateDeleted || got.Reason != "disk full" {
+		t.Fatalf("after transition to deleted: %+v", got)
 	}
 	evs, err := s.ListEvents(ctx, w.ID)
 	if err != nil {
@@ -244,7 +245,7 @@ func testTransitionWorkspace(t *testing.T, s store.Store) {
 	}
 	want := []api.Event{{To: api.StateProvisioning, Cause: "created"},
 		{From: api.StateProvisioning, To: api.StateReady, Cause: "runner connected"},
-		{From: api.StateReady, To: api.StateFailed, Cause: "sweep"}}
+		{From: api.StateReady, To: api.StateDeleted, Cause: "sweep"}}
 	if len(evs) != len(want) {
 		t.Fatalf("events = %+v; want %+v (refused transitions record nothing)", evs, want)
 	}
@@ -252,6 +253,13 @@ func testTransitionWorkspace(t *testing.T, s store.Store) {
 		if e.From != want[i].From || e.To != want[i].To || e.Cause != want[i].Cause {
 			t.Fatalf("event %d = %+v; want %+v", i, e, want[i])
 		}
+	}
+	// A workspace enters the state machine in a state it knows.
+	bad, ba := Fixture("unknown-state", base, "bootstrap-unknown-state")
+	bad.State = "limbo"
+	wantCode(t, "a workspace created in an unknown state", s.CreateWorkspace(ctx, bad, ba), protocol.CodeInvalidArgument)
+	if _, err := s.GetWorkspace(ctx, bad.ID); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("the refused workspace was recorded: %v", err)
 	}
 }
 
@@ -262,9 +270,12 @@ func testTransitionRace(t *testing.T, s store.Store) {
 	w, _ := create(t, s, "contended", base)
 	const rounds, racers = 5, 50
 	for round := range rounds {
-		if err := s.UpdateWorkspace(ctx, w.ID, api.StateClosed, "", "test"); err != nil {
+		moveTo(t, s, w.ID, api.StateClosed)
+		evs, err := s.ListEvents(ctx, w.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
+		before := len(evs)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var winners []int
@@ -272,7 +283,7 @@ func testTransitionRace(t *testing.T, s store.Store) {
 		for i := range racers {
 			wg.Go(func() {
 				<-start
-				err := s.TransitionWorkspace(ctx, w.ID, []string{api.StateClosed}, api.StateReopening, "", fmt.Sprintf("racer %d", i))
+				err := s.TransitionWorkspace(ctx, w.ID, wsstate.StartReopen, "", fmt.Sprintf("racer %d", i))
 				mu.Lock()
 				defer mu.Unlock()
 				if err == nil {
@@ -287,7 +298,7 @@ func testTransitionRace(t *testing.T, s store.Store) {
 		if len(winners) != 1 {
 			t.Fatalf("round %d: %d transitions closed→reopening won (%v); want exactly 1", round, len(winners), winners)
 		}
-		evs, err := s.ListEvents(ctx, w.ID)
+		evs, err = s.ListEvents(ctx, w.ID)
 		if err != nil || len(evs) == 0 {
 			t.Fatalf("events: %v, %v", evs, err)
 		}
@@ -295,9 +306,76 @@ func testTransitionRace(t *testing.T, s store.Store) {
 		if last.From != api.StateClosed || last.To != api.StateReopening || last.Cause != fmt.Sprintf("racer %d", winners[0]) {
 			t.Fatalf("round %d: last event %+v; want the winner's closed→reopening", round, last)
 		}
-		if n := len(evs); n != 1+2*(round+1) { // created, then closed and reopening each round
-			t.Fatalf("round %d: %d events; want %d", round, n, 1+2*(round+1))
+		if n := len(evs); n != before+1 { // the winner's reopening, and nothing of the losers
+			t.Fatalf("round %d: %d events; want %d", round, n, before+1)
 		}
+	}
+}
+
+// testStateMachine walks wsstate's whole table through the store: in every state, every event
+// of the table either makes its transition (when the state is one of its from states) or is
+// refused with a conflict that changes nothing — not the state, the reason, the time of the
+// last change, nor the events.
+func testStateMachine(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	allowed, refused := 0, 0
+	for _, from := range wsstate.States() {
+		for _, tr := range wsstate.Table() {
+			what := fmt.Sprintf("%s from %s", tr.Event, from)
+			w, _ := create(t, s, fmt.Sprintf("sm-%s-%s", from, tr.Event), base)
+			moveTo(t, s, w.ID, from)
+			before, err := s.GetWorkspace(ctx, w.ID)
+			if err != nil || before.State != from {
+				t.Fatalf("%s: the walk left %+v, %v", what, before, err)
+			}
+			evsBefore, err := s.ListEvents(ctx, w.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.TransitionWorkspace(ctx, w.ID, tr.Event, "reason: "+string(tr.Event), "cause: "+string(tr.Event))
+			got, gerr := s.GetWorkspace(ctx, w.ID)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			evs, eerr := s.ListEvents(ctx, w.ID)
+			if eerr != nil {
+				t.Fatal(eerr)
+			}
+			if slices.Contains(tr.From, from) {
+				allowed++
+				if err != nil {
+					t.Fatalf("%s: %v; the table allows it", what, err)
+				}
+				if got.State != tr.To || got.Reason != "reason: "+string(tr.Event) || got.UpdatedAt.Before(before.UpdatedAt) {
+					t.Fatalf("%s: workspace %+v; want %s with the reason", what, got, tr.To)
+				}
+				if len(evs) != len(evsBefore)+1 {
+					t.Fatalf("%s: %d events after %d; want one more", what, len(evs), len(evsBefore))
+				}
+				if last := evs[len(evs)-1]; last.From != from || last.To != tr.To || last.Cause != "cause: "+string(tr.Event) {
+					t.Fatalf("%s: event %+v", what, last)
+				}
+				continue
+			}
+			refused++
+			wantCode(t, what, err, protocol.CodeConflict)
+			if !strings.Contains(err.Error(), string(from)) {
+				t.Fatalf("%s: the conflict does not name the current state: %v", what, err)
+			}
+			if got.State != before.State || got.Reason != before.Reason || !got.UpdatedAt.Equal(before.UpdatedAt) {
+				t.Fatalf("%s: a refused transition changed the workspace: %+v; was %+v", what, got, before)
+			}
+			if len(evs) != len(evsBefore) {
+				t.Fatalf("%s: a refused transition recorded an event: %+v", what, evs[len(evs)-1])
+			}
+		}
+	}
+	want := 0
+	for _, tr := range wsstate.Table() {
+		want += len(tr.From)
+	}
+	if allowed != want || refused != len(wsstate.States())*len(wsstate.Table())-want || refused == 0 {
+		t.Fatalf("%d transitions made, %d refused; the table has %d", allowed, refused, want)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -233,7 +234,7 @@ func testAllocationBySession(t *testing.T, s store.Store) {
 func testRecordEvent(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	w, _ := create(t, s, "eventful", base)
-	if err := s.UpdateWorkspace(ctx, w.ID, api.StateReady, "", "runner connected"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.FinishProvision, "", "runner connected"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordEvent(ctx, w.ID, "second runner refused"); err != nil {

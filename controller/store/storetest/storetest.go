@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -45,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"ProjectWorkspaces", plain(testProjectWorkspaces)},
 		{"TransitionWorkspace", plain(testTransitionWorkspace)},
 		{"TransitionRace", plain(testTransitionRace)},
+		{"StateMachine", plain(testStateMachine)},
 		{"WorkspaceReclaimed", plain(testWorkspaceReclaimed)},
 		{"ReclaimSnapshot", plain(testReclaimSnapshot)},
 		{"RunOutput", plain(testRunOutput)},
@@ -98,6 +100,26 @@ func create(t *testing.T, s store.Store, name string, at time.Time) (api.Workspa
 		t.Fatalf("CreateWorkspace(%s): %v", name, err)
 	}
 	return w, a
+}
+
+// moveTo takes the workspace id from its state to state along a shortest path of the state
+// machine's transitions.
+func moveTo(t *testing.T, s store.Store, id string, state api.WorkspaceState) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := s.GetWorkspace(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, ok := wsstate.Path(w.State, state)
+	if !ok {
+		t.Fatalf("no path from %s to %s in the state machine", w.State, state)
+	}
+	for _, ev := range path {
+		if err := s.TransitionWorkspace(ctx, id, ev, "", "test: "+string(ev)); err != nil {
+			t.Fatalf("%s on the way from %s to %s: %v", ev, w.State, state, err)
+		}
+	}
 }
 
 // wantCode fails unless err carries code.
@@ -158,20 +180,21 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	got, _ = s.GetWorkspace(ctx, w2.ID)
 	sameWorkspace(t, got, w2)
 
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "provider said no", "test"); err != nil {
+	moveTo(t, s, w1.ID, api.StateClosing)
+	if err := s.TransitionWorkspace(ctx, w1.ID, wsstate.RefuseClose, "capture failed", "test"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.GetWorkspace(ctx, w1.ID)
-	if got.State != api.StateFailed || got.Reason != "provider said no" {
+	if got.State != api.StateReady || got.Reason != "capture failed" {
 		t.Fatalf("after update: %+v", got)
 	}
 	if got.UpdatedAt.Before(w1.UpdatedAt) || !got.CreatedAt.Equal(w1.CreatedAt) {
 		t.Fatalf("update moved CreatedAt or UpdatedAt backwards: %+v", got)
 	}
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateReady, "", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w1.ID, wsstate.StartClose, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ = s.GetWorkspace(ctx, w1.ID); got.State != api.StateReady || got.Reason != "" {
+	if got, _ = s.GetWorkspace(ctx, w1.ID); got.State != api.StateClosing || got.Reason != "" {
 		t.Fatalf("reason not cleared: %+v", got)
 	}
 
@@ -184,7 +207,7 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	}
 
 	// Deleted workspaces are hidden unless all, still found by id, no longer by name.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, "", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w1.ID, wsstate.Delete, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ = s.ListWorkspaces(ctx, false); !slices.Equal(ids(list), []string{w2.ID}) {
@@ -249,13 +272,13 @@ func testDuplicateName(t *testing.T, s store.Store) {
 	}
 
 	// A failed workspace still holds its name.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateFailed, "x", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w1.ID, wsstate.FailProvision, "x", "test"); err != nil {
 		t.Fatal(err)
 	}
 	wantCode(t, "name of a failed workspace", s.CreateWorkspace(ctx, w2, a2), protocol.CodeExists)
 
 	// A deleted one's name is free again.
-	if err := s.UpdateWorkspace(ctx, w1.ID, api.StateDeleted, "", "test"); err != nil {
+	if err := s.TransitionWorkspace(ctx, w1.ID, wsstate.Delete, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateWorkspace(ctx, w2, a2); err != nil {
@@ -388,7 +411,7 @@ func testNotFound(t *testing.T, s store.Store) {
 	create(t, s, "present", base)
 	_, err := s.GetWorkspace(ctx, "ws_missing")
 	wantCode(t, "GetWorkspace", err, protocol.CodeNotFound)
-	wantCode(t, "UpdateWorkspace", s.UpdateWorkspace(ctx, "ws_missing", api.StateReady, "", "test"), protocol.CodeNotFound)
+	wantCode(t, "TransitionWorkspace", s.TransitionWorkspace(ctx, "ws_missing", wsstate.FinishProvision, "", "test"), protocol.CodeNotFound)
 	_, err = s.GetAllocation(ctx, "al_missing")
 	wantCode(t, "GetAllocation", err, protocol.CodeNotFound)
 	wantCode(t, "UpdateAllocation", s.UpdateAllocation(ctx, "al_missing", store.AllocConnected, "/x", "v"), protocol.CodeNotFound)

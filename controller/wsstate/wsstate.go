@@ -1,0 +1,178 @@
+// Package wsstate is the workspace state machine: the one table of the transitions a workspace
+// may make between its states (api.WorkspaceState), named by the event that makes each.
+//
+// The store's TransitionWorkspace is the only way a workspace's state changes, and it takes an
+// Event, not a state: it applies the event's transition only when the workspace is in one of the
+// event's from states, read and written in one transaction under a guard on that same state, so
+// racing transitions from one state have exactly one winner and a refused one changes nothing.
+// A workspace is recorded in Initial.
+//
+//	event            from                                      to
+//	finish-provision provisioning                              ready
+//	fail-provision   provisioning                              failed
+//	start-close      ready                                     closing
+//	refuse-close     closing                                   ready
+//	finish-close     closing                                   closed
+//	start-reopen     closed                                    reopening
+//	finish-reopen    reopening                                 ready
+//	fail-reopen      reopening                                 closed
+//	start-reclaim    closed                                    reclaiming
+//	finish-reclaim   reclaiming                                closed
+//	delete           every state but deleted                   deleted
+//
+// Deleted is the only terminal state. Something that happens to a workspace without changing its
+// state (a refused runner, a failed teardown) is an event of the store's RecordEvent, not a
+// transition.
+package wsstate
+
+import (
+	"slices"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+// State is a workspace's state.
+type State = api.WorkspaceState
+
+// Initial is the state a workspace is created in.
+const Initial = api.StateProvisioning
+
+// Event names a transition of the table.
+type Event string
+
+// The events, one per row of the table.
+const (
+	// FinishProvision: the runner connected, answered a probe and any checkout and provision
+	// commands succeeded.
+	FinishProvision Event = "finish-provision"
+	// FailProvision: the allocation, the checkout or a provision command failed.
+	FailProvision Event = "fail-provision"
+	// StartClose: a close began (it quiesces, saves and releases next).
+	StartClose Event = "start-close"
+	// RefuseClose: a close could not save or release; the workspace stays as it was.
+	RefuseClose Event = "refuse-close"
+	// FinishClose: the work is saved and verified, the sandbox released, the writers fenced.
+	FinishClose Event = "finish-close"
+	// StartReopen: a reopen claimed the closed workspace (one of any racing reopens or sweeps).
+	StartReopen Event = "start-reopen"
+	// FinishReopen: the last receipt was restored onto the new allocation.
+	FinishReopen Event = "finish-reopen"
+	// FailReopen: the reopen failed; its allocation is released and the workspace closed again.
+	FailReopen Event = "fail-reopen"
+	// StartReclaim: a gc sweep claimed the closed workspace to remove superseded receipts.
+	StartReclaim Event = "start-reclaim"
+	// FinishReclaim: the sweep (or the next one, or a reopen) finished the reclaim.
+	FinishReclaim Event = "finish-reclaim"
+	// Delete: workspace rm, from any state but deleted.
+	Delete Event = "delete"
+)
+
+// Transition is one row of the table: Event moves a workspace in any of From to To.
+type Transition struct {
+	Event Event
+	From  []State
+	To    State
+}
+
+// states lists every state, in the order a workspace usually meets them.
+var states = []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
+	api.StateReopening, api.StateReclaiming, api.StateDeleted}
+
+// table is the state machine. Every change of a workspace's state is one of its rows.
+var table = []Transition{
+	{FinishProvision, []State{api.StateProvisioning}, api.StateReady},
+	{FailProvision, []State{api.StateProvisioning}, api.StateFailed},
+	{StartClose, []State{api.StateReady}, api.StateClosing},
+	{RefuseClose, []State{api.StateClosing}, api.StateReady},
+	{FinishClose, []State{api.StateClosing}, api.StateClosed},
+	{StartReopen, []State{api.StateClosed}, api.StateReopening},
+	{FinishReopen, []State{api.StateReopening}, api.StateReady},
+	{FailReopen, []State{api.StateReopening}, api.StateClosed},
+	{StartReclaim, []State{api.StateClosed}, api.StateReclaiming},
+	{FinishReclaim, []State{api.StateReclaiming}, api.StateClosed},
+	{Delete, []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
+		api.StateReopening, api.StateReclaiming}, api.StateDeleted},
+}
+
+// States returns every workspace state.
+func States() []State { return slices.Clone(states) }
+
+// Known reports whether s is a workspace state.
+func Known(s State) bool { return slices.Contains(states, s) }
+
+// Table returns the transitions, one per event.
+func Table() []Transition {
+	out := make([]Transition, len(table))
+	for i, t := range table {
+		out[i] = Transition{Event: t.Event, From: slices.Clone(t.From), To: t.To}
+	}
+	return out
+}
+
+// Lookup returns the transition of ev.
+func Lookup(ev Event) (Transition, bool) {
+	for _, t := range table {
+		if t.Event == ev {
+			return Transition{Event: t.Event, From: slices.Clone(t.From), To: t.To}, true
+		}
+	}
+	return Transition{}, false
+}
+
+// Allows reports whether the transition leaves from.
+func (t Transition) Allows(from State) bool { return slices.Contains(t.From, from) }
+
+// Allowed reports whether some event moves a workspace from from to to.
+func Allowed(from, to State) bool {
+	for _, t := range table {
+		if t.To == to && t.Allows(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// Next returns the states a workspace in from may move to, in table order.
+func Next(from State) []State {
+	var out []State
+	for _, t := range table {
+		if t.Allows(from) && !slices.Contains(out, t.To) {
+			out = append(out, t.To)
+		}
+	}
+	return out
+}
+
+// Terminal reports whether no transition leaves s.
+func Terminal(s State) bool { return len(Next(s)) == 0 }
+
+// Path returns a shortest sequence of events that takes a workspace from from to to (empty when
+// they are equal), and false when the table has none.
+func Path(from, to State) ([]Event, bool) {
+	type step struct {
+		prev State
+		ev   Event
+	}
+	seen := map[State]step{from: {}}
+	queue := []State{from}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		if cur == to {
+			var evs []Event
+			for s := to; s != from; s = seen[s].prev {
+				evs = append(evs, seen[s].ev)
+			}
+			slices.Reverse(evs)
+			return evs, true
+		}
+		for _, t := range table {
+			if _, ok := seen[t.To]; ok || !t.Allows(cur) {
+				continue
+			}
+			seen[t.To] = step{prev: cur, ev: t.Event}
+			queue = append(queue, t.To)
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,139 @@
+package wsstate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+// TestTableIsWhatTheControllerDoes pins the table, from → to by event, to the transitions the
+// controller makes (see the callers of the store's TransitionWorkspace): a change to the table
+// is a change of behaviour, made here on purpose.
+func TestTableIsWhatTheControllerDoes(t *testing.T) {
+	want := []string{
+		"finish-provision: provisioning → ready", // CreateWorkspace: the runner answered
+		"fail-provision: provisioning → failed",  // CreateWorkspace: allocation, checkout or provision failed
+		"start-close: ready → closing",           // CloseWorkspace
+		"refuse-close: closing → ready",          // CloseWorkspace: quiesce, save or release failed
+		"finish-close: closing → closed",         // CloseWorkspace: saved, released, fenced
+		"start-reopen: closed → reopening",       // ReopenWorkspace (races a sweep or another reopen)
+		"finish-reopen: reopening → ready",       // ReopenWorkspace: restored
+		"fail-reopen: reopening → closed",        // ReopenWorkspace: failed, allocation released
+		"start-reclaim: closed → reclaiming",     // GC
+		"finish-reclaim: reclaiming → closed",    // GC, the next GC or a reopen finishing it
+		// DeleteWorkspace, from any state but deleted
+		"delete: provisioning ready failed closing closed reopening reclaiming → deleted",
+	}
+	var got []string
+	for _, tr := range Table() {
+		from := make([]string, len(tr.From))
+		for i, f := range tr.From {
+			from[i] = string(f)
+		}
+		got = append(got, fmt.Sprintf("%s: %s → %s", tr.Event, strings.Join(from, " "), tr.To))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestTableIsWellFormed(t *testing.T) {
+	if !Known(Initial) {
+		t.Fatalf("initial state %s is not a state", Initial)
+	}
+	events := map[Event]bool{}
+	for _, tr := range Table() {
+		if tr.Event == "" || events[tr.Event] {
+			t.Fatalf("event %q is empty or named twice", tr.Event)
+		}
+		events[tr.Event] = true
+		if len(tr.From) == 0 || !Known(tr.To) {
+			t.Fatalf("%s: from %v to %q", tr.Event, tr.From, tr.To)
+		}
+		for i, f := range tr.From {
+			if !Known(f) || f == tr.To || slices.Contains(tr.From[:i], f) {
+				t.Fatalf("%s: from state %q is unknown, repeated or its own destination", tr.Event, f)
+			}
+		}
+		if got, ok := Lookup(tr.Event); !ok || got.To != tr.To || !slices.Equal(got.From, tr.From) {
+			t.Fatalf("Lookup(%s) = %+v, %v", tr.Event, got, ok)
+		}
+	}
+	if _, ok := Lookup("resurrect"); ok {
+		t.Fatal("Lookup found an event the table does not have")
+	}
+	// Every state of the API is one of the machine's, and no other.
+	all := []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing,
+		api.StateClosed, api.StateReopening, api.StateDeleted, api.StateReclaiming}
+	if got := States(); len(got) != len(all) {
+		t.Fatalf("States() = %v; want %v", got, all)
+	}
+	for _, s := range all {
+		if !Known(s) {
+			t.Fatalf("state %s is not in the machine", s)
+		}
+	}
+	if Known("limbo") {
+		t.Fatal("an unknown state is known")
+	}
+}
+
+func TestReachability(t *testing.T) {
+	for _, s := range States() {
+		// Every state is reachable from the initial one, and the walk found is made of
+		// transitions the table allows.
+		path, ok := Path(Initial, s)
+		if !ok {
+			t.Fatalf("%s is unreachable from %s", s, Initial)
+		}
+		cur := Initial
+		for _, ev := range path {
+			tr, _ := Lookup(ev)
+			if !tr.Allows(cur) || !Allowed(cur, tr.To) {
+				t.Fatalf("path to %s: %s does not leave %s", s, ev, cur)
+			}
+			cur = tr.To
+		}
+		if cur != s {
+			t.Fatalf("path %v ends in %s, not %s", path, cur, s)
+		}
+		// Every workspace can be deleted, directly, unless it is already.
+		if s != api.StateDeleted && !Allowed(s, api.StateDeleted) {
+			t.Fatalf("a %s workspace cannot be deleted", s)
+		}
+		// Deleted is the only terminal state; every other one can get back to ready or is failed
+		// (which only delete leaves).
+		if Terminal(s) != (s == api.StateDeleted) {
+			t.Fatalf("Terminal(%s) = %v", s, Terminal(s))
+		}
+		_, toReady := Path(s, api.StateReady)
+		if toReady != (s != api.StateDeleted && s != api.StateFailed) {
+			t.Fatalf("%s: back to ready = %v", s, toReady)
+		}
+	}
+	if got := Next(api.StateFailed); !slices.Equal(got, []State{api.StateDeleted}) {
+		t.Fatalf("Next(failed) = %v; want only deleted", got)
+	}
+	if got := Next(api.StateClosed); !slices.Equal(got, []State{api.StateReopening, api.StateReclaiming, api.StateDeleted}) {
+		t.Fatalf("Next(closed) = %v", got)
+	}
+	// No state moves to itself: something that happens without a change of state is recorded
+	// as an event (the store's RecordEvent), not made a transition.
+	for _, s := range States() {
+		if Allowed(s, s) {
+			t.Fatalf("%s → %s is allowed", s, s)
+		}
+	}
+	// Nothing brings a workspace back from deleted, nor makes a failed one ready.
+	for _, s := range States() {
+		if Allowed(api.StateDeleted, s) || Allowed(api.StateFailed, s) && s != api.StateDeleted {
+			t.Fatalf("deleted or failed → %s is allowed", s)
+		}
+	}
+	if p, ok := Path(api.StateClosed, api.StateClosed); !ok || len(p) != 0 {
+		t.Fatalf("Path(closed, closed) = %v, %v", p, ok)
+	}
+}
