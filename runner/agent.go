@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/protocol"
 	"golang.org/x/sys/unix"
 )
@@ -63,17 +64,14 @@ func (r *Runner) startAgent(ctx context.Context) (string, func(), error) {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	// The socket's routines end with ctx or stop: the listener closes, so accept returns, and
+	// each connection's request is bounded by its deadlines.
+	g := routine.New(ctx, r.cfg.Logger)
+	g.Go("agent socket closer", func(ctx context.Context) {
 		<-ctx.Done()
 		ln.Close()
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	})
+	g.Go("agent socket accept", func(ctx context.Context) {
 		for {
 			conn, err := ln.AcceptUnix()
 			if err != nil {
@@ -84,18 +82,15 @@ func (r *Runner) startAgent(ctx context.Context) (string, func(), error) {
 				time.Sleep(50 * time.Millisecond) // paces retries of a failing accept: real time
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.serveAgent(ctx, conn)
-			}()
+			if !g.Go("agent request", func(ctx context.Context) { r.serveAgent(ctx, conn) }) {
+				conn.Close()
+			}
 		}
-	}()
+	})
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			cancel()
-			wg.Wait()
+			g.Stop()
 			os.RemoveAll(dir)
 		})
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/jonboulle/clockwork"
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
 	"github.com/tetherhq/tether/sandbox/fsguard"
@@ -61,6 +62,10 @@ type Runner struct {
 	// a write or restore is in flight: the only reserved-looking names a capture leaves out.
 	holds *fsguard.Holds
 
+	// routines are the goroutines serving the controller's streams: they outlive a connection,
+	// and Run waits for them (a while: see stopWait) before it returns.
+	routines *routine.Group
+
 	mu    sync.Mutex
 	token string         // bootstrap token first, session token once the controller granted one
 	sess  *yamux.Session // the live connection, nil between connections
@@ -91,7 +96,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
+	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, routines: routine.New(context.Background(), cfg.Logger), policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
 	r.services = service.NewManager(r.resolveDir, service.WithClock(cfg.Clock))
 	r.services.Confiner = r
 	ctl, err := newControllerDial(cfg.ControllerURL)
@@ -105,6 +110,7 @@ func New(cfg Config) (*Runner, error) {
 // Run connects and serves until ctx ends or the controller refuses the runner. Socket drops are
 // retried with exponential backoff; commands keep running meanwhile.
 func (r *Runner) Run(ctx context.Context) error {
+	defer r.stopRoutines()
 	// The agent socket lets tools inside the sandbox reach the runner; every command the runner
 	// starts finds it in TETHER_SOCKET. Without it the runner still serves the controller.
 	var agentSocket string
@@ -136,6 +142,20 @@ func (r *Runner) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		backoff = min(backoff*2, r.cfg.MaxBackoff)
+	}
+}
+
+// stopWait bounds how long a stopping runner waits for its streams' handlers: most end as soon
+// as the session closes, but an exec's waits for its command, which the runner's exit ends.
+const stopWait = 2 * time.Second
+
+// stopRoutines stops taking streams and waits up to stopWait for the handlers still running,
+// naming them when some are left.
+func (r *Runner) stopRoutines() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	if err := r.routines.StopContext(ctx); err != nil {
+		r.cfg.Logger.Warn("runner stopping", "err", err)
 	}
 }
 

@@ -100,16 +100,21 @@ func dialError(resp *http.Response, err error) error {
 
 // serve answers the controller's streams until the session ends.
 func (r *Runner) serve(ctx context.Context, sess *yamux.Session) error {
-	go func() {
-		<-ctx.Done()
-		sess.Close()
-	}()
+	// Closing the session is what ends a connection when the runner stops; registered for this
+	// session only, not left waiting on ctx after the session is gone.
+	defer context.AfterFunc(ctx, func() { sess.Close() })()
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return err
 		}
-		go r.handle(ctx, st)
+		// A stream's handler may outlive its connection (an exec waits for its command, whose
+		// exit goes out on the next connection): it belongs to the runner's routines, not to
+		// this session's.
+		if !r.routines.Go("stream", func(context.Context) { r.handle(ctx, st) }) {
+			st.Close()
+			return ctx.Err()
+		}
 	}
 }
 
