@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/providers"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/plugins/provider"
@@ -73,7 +74,7 @@ type Server struct {
 	log           *slog.Logger
 	store         store.Store
 	hub           *hub.Hub
-	providers     *providerSet
+	providers     *providers.Set
 	operatorToken string
 	advertise     string
 	runnerSocket  string // host path of the unix socket runners may dial ("" without one)
@@ -153,11 +154,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
-		providers: newProviderSet(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.Logger),
+		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		ctx: sctx, cancel: cancel,
 	}
-	s.providers.options = cfg.ProviderOptions
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {
@@ -301,4 +301,13 @@ func (s *Server) markDisconnected(ctx context.Context) error {
 // providerFor returns the named provider plugin, loading it on first use.
 func (s *Server) providerFor(ctx context.Context, name string) (provider.Provider, error) {
 	return s.providers.Get(ctx, name)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }
