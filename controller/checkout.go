@@ -159,7 +159,7 @@ func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api
 	pack, err := s.packReader(ctx, proj, []string{args.Commit, args.BaseCommit}, nil)
 	if err == nil {
 		var st protocol.GitStatus
-		err = callWithBody(ctx, c, protocol.OpGitCheckout, ws.Epoch, args, pack, &st)
+		err = c.CallWithBody(ctx, protocol.OpGitCheckout, ws.Epoch, args, pack, &st)
 		pack.Close()
 	}
 	if err != nil {

@@ -81,7 +81,7 @@ func (s *Server) headState(ctx context.Context, ws api.Workspace, baseCommit str
 	if ws.State == api.StateReady {
 		if c, ok := s.hub.Get(ws.AllocationID); ok {
 			var st protocol.GitStatus
-			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
+			err := c.Call(ctx, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
 			return st, "live", err
 		}
 	}
@@ -120,7 +120,7 @@ func (s *Server) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st protocol.GitStatus
-	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st); err != nil {
+	if err := c.Call(r.Context(), protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -136,7 +136,7 @@ func (s *Server) handleReconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	pack, err := s.packReader(r.Context(), p, []string{baseCommit}, have)
 	if err == nil {
-		err = callWithBody(r.Context(), c, protocol.OpGitReconcile, epoch, args, pack, &reply)
+		err = c.CallWithBody(r.Context(), protocol.OpGitReconcile, epoch, args, pack, &reply)
 		pack.Close()
 	}
 	if err != nil {

@@ -74,7 +74,7 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
 	lim := s.cfg.Runners
-	fromRunner := idleReader{st: st, idle: lim.Idle}
+	fromRunner := hub.IdleReader{St: st, Idle: lim.Idle}
 	var reply protocol.Trailer
 	if err := protocol.ReadJSON(fromRunner, &reply); err != nil {
 		return snap, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err)
@@ -82,8 +82,8 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	if err := reply.Err(); err != nil {
 		return snap, err
 	}
-	body := &capReader{r: protocol.NewBodyReader(fromRunner), max: lim.MaxSnapshotBytes,
-		what: fmt.Sprintf("the capture of workspace %s", ws.ID)}
+	body := hub.NewCapReader(protocol.NewBodyReader(fromRunner), lim.MaxSnapshotBytes,
+		fmt.Sprintf("the capture of workspace %s", ws.ID))
 	check := s.startCaptureCheck(ctx, snap.Encrypted)
 	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
 	verified, verr := check.result()
@@ -106,13 +106,13 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	if verr != nil {
 		return discard(verr)
 	}
-	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
-	final, err := readTrailer(st)
+	_ = st.SetReadDeadline(time.Now().Add(hub.TrailerWait))
+	final, err := hub.ReadTrailer(st)
 	if err != nil {
 		return discard(err)
 	}
 	var claimed protocol.SnapshotSummary
-	if err := decodeResult(final, &claimed); err != nil {
+	if err := hub.DecodeResult(final, &claimed); err != nil {
 		return discard(err)
 	}
 	if snap.Summary, err = matchCapture(snap, verified, claimed); err != nil {
@@ -337,7 +337,7 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	}
 	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes,
 		MaxApparentBytes: limit}
-	return callWithBody(ctx, c, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
+	return c.CallWithBody(ctx, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
 }
 
 // snapshot loads a receipt by id, refusing ids of other kinds.

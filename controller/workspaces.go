@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/plugins/provider"
 	"github.com/tetherhq/tether/protocol"
@@ -176,7 +177,7 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 		return fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
 	}
 	var root protocol.FileInfo
-	if err := call(waitCtx, c, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
+	if err := c.Call(waitCtx, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
 		return fail(fmt.Sprintf("runner connected but failed its probe: %v", err))
 	}
 	return nil
@@ -287,6 +288,19 @@ func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, 
 	return ws, nil
 }
 
+// runnerFor finds the connected runner of a ready workspace.
+func (s *Server) runnerFor(ctx context.Context, idOrName string) (*hub.Conn, error) {
+	ws, err := s.liveConn(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
+	}
+	return c, nil
+}
+
 // handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,
 // which publishes it only once the whole stream arrived and verified.
 func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
@@ -296,7 +310,7 @@ func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res protocol.TreeImportResult
-	if err := callWithBody(r.Context(), c, protocol.OpTreeImport, epoch, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
+	if err := c.CallWithBody(r.Context(), protocol.OpTreeImport, epoch, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
 		writeError(w, err)
 		return
 	}
