@@ -292,3 +292,31 @@ func (s *Server) gcLoop(interval, grace time.Duration) {
 		}
 	}
 }
+
+// sweepBlobs removes what failed captures left: temporaries, and snapshot objects no receipt
+// names. Both must be older than the grace, since another controller sharing the store may be
+// about to write the receipt of a fresh one.
+func (s *Server) sweepBlobs(ctx context.Context) error {
+	grace := s.cfg.SweepGrace
+	if _, err := s.blobs.SweepTemporaries(ctx, grace); err != nil {
+		return err
+	}
+	keep, err := s.store.SnapshotObjectKeys(ctx)
+	if err != nil {
+		return err
+	}
+	objs, err := s.blobs.List(ctx, "snapshots/")
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if keep[o.Key] || time.Since(o.ModTime) < grace {
+			continue
+		}
+		if err := s.blobs.Delete(ctx, o.Key); err != nil {
+			return err
+		}
+		s.log.Info("swept snapshot object without a receipt", "key", o.Key)
+	}
+	return nil
+}

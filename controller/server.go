@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/providers"
+	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/plugins/provider"
@@ -82,7 +83,8 @@ type Server struct {
 	identity      *age.X25519Identity
 	encrypt       bool
 	projectLocks  projectLocks
-	savedIndexes  savedIndexes // saved-copy read indexes being built (savedindex_build.go)
+	archives      savedcopy.Archives
+	savedIndexes  *savedcopy.Indexes // saved-copy read indexes, built once per receipt
 	gcMu          sync.Mutex
 	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
 	// sweep there, as a crash would.
@@ -141,12 +143,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	identity, err := loadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
+	identity, err := savedcopy.LoadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("snapshot key: %w", err)
 	}
-	encrypt, err := encryptionFor(cfg.EncryptSnapshots, cfg.BlobsURL)
+	encrypt, err := savedcopy.EncryptionFor(cfg.EncryptSnapshots, cfg.BlobsURL)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -158,6 +160,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		ctx: sctx, cancel: cancel,
 	}
+	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
+	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, &s.bg)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {
