@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/project"
 	"github.com/tetherhq/tether/controller/providers"
 	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/controller/store"
@@ -82,7 +83,7 @@ type Server struct {
 	blobs         blob.Store
 	identity      *age.X25519Identity
 	encrypt       bool
-	projectLocks  projectLocks
+	projects      *project.Projects
 	archives      savedcopy.Archives
 	savedIndexes  *savedcopy.Indexes // saved-copy read indexes, built once per receipt
 	gcMu          sync.Mutex
@@ -160,6 +161,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		ctx: sctx, cancel: cancel,
 	}
+	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
+		NewID: newID, CheckName: checkName, ExpectKind: expectKind})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
 	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, &s.bg)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous

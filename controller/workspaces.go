@@ -59,19 +59,17 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	var proj api.Project
 	var git *api.WorkspaceGit
 	if req.Project != "" {
-		var reused *api.Workspace
-		var unlock func()
-		var err error
-		proj, git, reused, unlock, err = s.planCheckout(ctx, req)
+		plan, err := s.planCheckout(ctx, req)
 		if err != nil {
 			return api.Workspace{}, err
 		}
-		if reused != nil {
-			return *reused, nil
+		if plan.Reuse != nil {
+			return *plan.Reuse, nil
 		}
 		// A shared branch's workspace is recorded under its branch's lock, so two requests
 		// never both create one.
-		defer unlock()
+		defer plan.Release()
+		proj, git = plan.Project, plan.Git
 	} else if req.Mode != "" || req.Branch != "" || len(req.Provision) > 0 || len(req.Teardown) > 0 {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "--mode, --branch, --provision and --teardown need --project")
 	}
