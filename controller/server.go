@@ -1,5 +1,3 @@
-// Package controller is Tether's control plane: it dispatches runners through provider plugins,
-// holds their websocket connections, keeps the records and serves the REST API.
 package controller
 
 import (
