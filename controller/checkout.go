@@ -5,131 +5,31 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
-	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/project"
 	"github.com/tetherhq/tether/protocol"
 )
 
 // outputTail bounds the output kept of a provision or teardown command.
 const outputTail = 64 << 10
 
-// planCheckout settles a project workspace request: its project, mode, branch and strategy. For
-// shared and operator-branch modes it finds the branch's open workspace (reused) — reopening it
-// if closed — and otherwise returns with the branch's lock held (unlock releases it) so the new
-// record is the only one this controller makes. Everything is checked before any sandbox starts.
-func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceRequest) (api.Project, *api.WorkspaceGit, *api.Workspace, func(), error) {
-	noop := func() {}
-	fail := func(err error) (api.Project, *api.WorkspaceGit, *api.Workspace, func(), error) {
-		return api.Project{}, nil, nil, noop, err
+// planCheckout settles a project workspace request (project.Projects.Plan); the branch's open
+// workspace, when the plan reuses it, is reopened first if closed.
+func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceRequest) (project.Plan, error) {
+	plan, err := s.projects.Plan(ctx, req)
+	if err != nil || plan.Reuse == nil {
+		return plan, err
 	}
-	proj, err := s.project(ctx, req.Project)
+	reused, err := s.reuseWorkspace(ctx, *plan.Reuse)
 	if err != nil {
-		return fail(err)
+		return project.Plan{}, err
 	}
-	mode := firstNonEmpty(req.Mode, proj.Mode)
-	if !validMode(mode) {
-		return fail(protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want isolated, shared or operator-branch", mode))
-	}
-	branch := req.Branch
-	switch {
-	case branch != "":
-	case mode == api.ModeIsolated:
-		branch = "tether/" + req.Name
-	case mode == api.ModeShared:
-		branch = "tether/shared"
-	default:
-		return fail(protocol.Errorf(protocol.CodeInvalidArgument, "mode operator-branch needs --branch"))
-	}
-	if err := checkBranch(&branch); err != nil {
-		return fail(err)
-	}
-	if branch == proj.BaseRef {
-		// The base clone's copy of the base ref follows the source; a workspace writing to it
-		// would have its commits overwritten by the next fetch.
-		return fail(protocol.Errorf(protocol.CodeInvalidArgument,
-			"branch %q is the project's base ref; a workspace works on a branch of its own", branch))
-	}
-	unlock := s.projectLocks.lock(proj.ID + "\x00branch\x00" + branch)
-	ws, found, err := s.store.OpenWorkspaceFor(ctx, proj.ID, branch)
-	if err != nil {
-		unlock()
-		return fail(err)
-	}
-	if found {
-		unlock()
-		switch {
-		case mode == api.ModeIsolated || ws.Git.Mode == api.ModeIsolated:
-			return fail(protocol.Errorf(protocol.CodeConflict, "branch %q belongs to workspace %s (%s, %s)", branch, ws.Name, ws.Git.Mode, ws.State))
-		case req.Provider != "" && req.Provider != ws.Provider:
-			return fail(protocol.Errorf(protocol.CodeConflict, "branch %q's shared workspace %s runs on provider %s, not %s", branch, ws.Name, ws.Provider, req.Provider))
-		case len(req.Provision) > 0 || len(req.Teardown) > 0:
-			return fail(protocol.Errorf(protocol.CodeInvalidArgument, "branch %q's shared workspace %s exists: --provision and --teardown apply to a new one only", branch, ws.Name))
-		}
-		reused, err := s.reuseWorkspace(ctx, ws)
-		return proj, nil, &reused, noop, err
-	}
-	repo, commit, err := s.fetchBase(ctx, proj)
-	if err != nil {
-		unlock()
-		return fail(fmt.Errorf("project %s: %w", proj.Name, err))
-	}
-	start, err := s.startPoint(ctx, proj, repo, branch)
-	if err != nil {
-		unlock()
-		return fail(err)
-	}
-	git := &api.WorkspaceGit{ProjectID: proj.ID, Mode: mode, Strategy: api.StrategyClone, Branch: branch,
-		BaseRef: proj.BaseRef, BaseCommit: commit, Provision: req.Provision, Teardown: req.Teardown}
-	if start != commit {
-		git.StartCommit = start
-	}
-	return proj, git, nil, unlock, nil
-}
-
-// startPoint settles the commit a new workspace's branch starts at (the caller holds the
-// branch's lock, and no open workspace has the branch). A branch the source has starts at its
-// tip there: an operator who names an existing branch means to work on it. Any other branch
-// starts at the base ref's commit (returned as ""). The source's branch is fetched apart from
-// the base clone's branches; one of those with the name (the clone's copy of the source's, or
-// one an earlier Tether's worktree left) is only ever replaced when the tip contains all of it, and a
-// branch only the base clone still has is refused: neither is overwritten.
-func (s *Server) startPoint(ctx context.Context, proj api.Project, repo *gitsource.Repo, branch string) (string, error) {
-	unlock := s.projectLocks.lock(proj.ID)
-	defer unlock()
-	tip, err := repo.FetchIncoming(ctx, branch)
-	if err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
-		return "", fmt.Errorf("branch %q at the source of project %s: %w", branch, proj.Name, err)
-	}
-	held, herr := repo.Resolve(ctx, "refs/heads/"+branch)
-	switch {
-	case herr != nil && protocol.CodeOf(herr) != protocol.CodeNotFound:
-		return "", herr
-	case err != nil && herr != nil:
-		return "", nil // a new branch
-	case err != nil:
-		return "", protocol.Errorf(protocol.CodeConflict,
-			"branch %q is in project %s's base clone but no longer at its source (deleted there since it was cloned, or left by an earlier version's workspace); name another with --branch or --name", branch, proj.Name)
-	case herr == nil:
-		contained, aerr := repo.IsAncestor(ctx, held, gitsource.IncomingPrefix+branch)
-		if aerr != nil {
-			return "", aerr
-		}
-		if !contained {
-			return "", protocol.Errorf(protocol.CodeConflict,
-				"branch %q in project %s's base clone has commits its source's branch does not (the source's was rewound since it was cloned, or an earlier version's workspace left it); name another with --branch or --name", branch, proj.Name)
-		}
-		// Everything it holds is in the tip, which the incoming ref keeps: the workspace's
-		// checkout creates the branch afresh inside its own repository.
-		if err := repo.DeleteBranch(ctx, branch); err != nil {
-			return "", err
-		}
-	}
-	return tip, nil
+	plan.Reuse = &reused
+	return plan, nil
 }
 
 // reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed; when
@@ -143,54 +43,18 @@ func (s *Server) reuseWorkspace(ctx context.Context, ws api.Workspace) (api.Work
 	return s.workspace(ctx, ws.ID)
 }
 
-// prepareCheckout fills a new allocation with its checkout and runs the provision commands, all
-// through the runner inside the allocation. Whatever the provider, the checkout is a repository
-// of the workspace's own that the runner builds from a pack of every object reachable from the
-// commit (and the base commit): nothing of the base clone (config, hooks, refs, objects) is
-// shared with the workspace, so nothing the workspace writes reaches the controller's git.
+// prepareCheckout fills a new allocation with its checkout (project.Projects.Checkout) and runs
+// the provision commands, all through the runner inside the allocation.
 func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) error {
 	c, ok := s.hub.Get(ws.AllocationID)
 	if !ok {
 		return protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
 	}
-	g := ws.Git
-	args := protocol.GitCheckoutArgs{Strategy: protocol.GitStrategyClone, Branch: g.Branch, Commit: firstNonEmpty(g.StartCommit, g.BaseCommit),
-		BaseRef: g.BaseRef, BaseCommit: g.BaseCommit}
-	pack, err := s.packReader(ctx, proj, []string{args.Commit, args.BaseCommit}, nil)
-	if err == nil {
-		var st protocol.GitStatus
-		err = callWithBody(ctx, c, protocol.OpGitCheckout, ws.Epoch, args, pack, &st)
-		pack.Close()
+	if err := s.projects.Checkout(ctx, c, ws, proj); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("checkout of %s at %s: %w", g.Branch, short(args.Commit), err)
-	}
-	return s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), g.Provision...))
+	return s.runCommands(ctx, c, ws, "provision", append(append([]string{}, proj.Provision...), ws.Git.Provision...))
 }
-
-// packReader streams a pack of the base clone's objects reachable from want and not from have.
-// The project's lock covers only opening the base clone: git reads objects safely beside a fetch,
-// and a sweep never removes a base clone an open workspace (this one) uses, so a slow runner
-// reading its pack holds up no other request.
-func (s *Server) packReader(ctx context.Context, proj api.Project, want, have []string) (io.ReadCloser, error) {
-	unlock := s.projectLocks.lock(proj.ID)
-	repo, err := s.baseRepo(ctx, proj)
-	unlock()
-	if err != nil {
-		return nil, err
-	}
-	var wants []string
-	for _, w := range want {
-		if w != "" && !slices.Contains(wants, w) {
-			wants = append(wants, w)
-		}
-	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(repo.Pack(ctx, pw, wants, have)) }()
-	return pr, nil
-}
-
-func short(commit string) string { return commit[:min(len(commit), 12)] }
 
 // runCommands runs each command with `sh -c` in the workspace root through the runner, in order,
 // each recorded as a run of kind with its output tail. The first failure stops the rest and is

@@ -48,7 +48,7 @@ func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
 	case q.Has("list"):
 		limit, _ := strconv.Atoi(q.Get("limit"))
 		var page protocol.FsListResult
-		if err := call(r.Context(), c, protocol.OpFsList, 0, protocol.FsListArgs{Path: filePath(r), Cursor: q.Get("cursor"), Limit: limit}, &page); err != nil {
+		if err := c.Call(r.Context(), protocol.OpFsList, 0, protocol.FsListArgs{Path: filePath(r), Cursor: q.Get("cursor"), Limit: limit}, &page); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -56,7 +56,7 @@ func (s *Server) handleFilesGet(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, page)
 	case q.Has("stat"):
 		var fi protocol.FileInfo
-		if err := call(r.Context(), c, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: filePath(r)}, &fi); err != nil {
+		if err := c.Call(r.Context(), protocol.OpFsStat, 0, protocol.FsPathArgs{Path: filePath(r)}, &fi); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -120,13 +120,13 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 	defer st.Close()
 	stop := context.AfterFunc(r.Context(), func() { st.Close() })
 	defer stop()
-	tr, err := readTrailer(st)
+	tr, err := hub.ReadTrailer(st)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var reply protocol.FsReadReply
-	if err := decodeResult(tr, &reply); err != nil {
+	if err := hub.DecodeResult(tr, &reply); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -137,8 +137,8 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 		s.log.Warn("file read cut off", "path", args.Path, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
-	final, err := readTrailer(st)
+	_ = st.SetReadDeadline(time.Now().Add(hub.TrailerWait))
+	final, err := hub.ReadTrailer(st)
 	if err == nil {
 		err = final.Err()
 	}
@@ -193,7 +193,7 @@ func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res protocol.FsWriteResult
-	if err := callWithBody(r.Context(), c, protocol.OpFsWrite, epoch, args, r.Body, &res); err != nil {
+	if err := c.CallWithBody(r.Context(), protocol.OpFsWrite, epoch, args, r.Body, &res); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -207,7 +207,7 @@ func (s *Server) handleFilesDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	args := protocol.FsPathArgs{Path: filePath(r), Recursive: r.URL.Query().Get("recursive") == "true"}
-	if err := call(r.Context(), c, protocol.OpFsRemove, epoch, args, nil); err != nil {
+	if err := c.Call(r.Context(), protocol.OpFsRemove, epoch, args, nil); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -233,19 +233,19 @@ func (s *Server) handleFilesPost(w http.ResponseWriter, r *http.Request) {
 	var fi protocol.FileInfo
 	switch op := q.Get("op"); op {
 	case "mkdir":
-		err = call(r.Context(), c, protocol.OpFsMkdir, epoch, protocol.FsPathArgs{Path: filePath(r), Parents: q.Get("parents") == "true", Mode: uint32(mode)}, &fi)
+		err = c.Call(r.Context(), protocol.OpFsMkdir, epoch, protocol.FsPathArgs{Path: filePath(r), Parents: q.Get("parents") == "true", Mode: uint32(mode)}, &fi)
 	case "rename":
 		if q.Get("to") == "" {
 			err = protocol.Errorf(protocol.CodeInvalidArgument, "rename needs ?to=PATH")
 			break
 		}
-		err = call(r.Context(), c, protocol.OpFsRename, epoch, protocol.FsRenameArgs{From: filePath(r), To: q.Get("to"), Replace: q.Get("replace") == "true"}, &fi)
+		err = c.Call(r.Context(), protocol.OpFsRename, epoch, protocol.FsRenameArgs{From: filePath(r), To: q.Get("to"), Replace: q.Get("replace") == "true"}, &fi)
 	case "chmod":
 		if q.Get("mode") == "" {
 			err = protocol.Errorf(protocol.CodeInvalidArgument, "chmod needs ?mode=OCTAL")
 			break
 		}
-		err = call(r.Context(), c, protocol.OpFsChmod, epoch, protocol.FsPathArgs{Path: filePath(r), Mode: uint32(mode)}, &fi)
+		err = c.Call(r.Context(), protocol.OpFsChmod, epoch, protocol.FsPathArgs{Path: filePath(r), Mode: uint32(mode)}, &fi)
 	default:
 		err = protocol.Errorf(protocol.CodeInvalidArgument, "unknown files operation %q (want mkdir, rename or chmod)", op)
 	}

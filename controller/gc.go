@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
-	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -101,7 +99,7 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 		res.Candidates = append(res.Candidates, cand)
 	}
 	for id := range projects {
-		cand, err := s.gcBaseClone(ctx, id, now.Add(-grace), swept, dryRun)
+		cand, err := s.projects.GCBaseClone(ctx, id, now.Add(-grace), swept, dryRun)
 		if err != nil {
 			return res, err
 		}
@@ -229,49 +227,6 @@ func (s *Server) gcFault(step string) error {
 	return s.gcStep(step)
 }
 
-// gcBaseClone removes a project's base clone when every workspace of the project has been
-// closed (or deleted) since before cutoff: reopen restores from receipts. The next workspace or
-// inspection clones it again.
-func (s *Server) gcBaseClone(ctx context.Context, projectID string, cutoff time.Time, swept map[string]bool, dryRun bool) (*api.GCCandidate, error) {
-	p, err := s.store.GetProject(ctx, projectID)
-	if err != nil {
-		return nil, nil
-	}
-	unlock := s.projectLocks.lock(p.ID)
-	defer unlock()
-	dir := s.baseClonePath(p.ID)
-	if _, err := (&gitsource.Repo{Dir: dir}).Size(); err != nil {
-		return nil, nil // no base clone on disk
-	}
-	wss, err := s.store.ProjectWorkspaces(ctx, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	cand := &api.GCCandidate{WorkspaceID: "", Name: "base clone of project " + p.Name}
-	for _, ws := range wss {
-		switch ws.State {
-		case api.StateClosed, api.StateDeleted, api.StateFailed:
-			if !swept[ws.ID] && ws.UpdatedAt.After(cutoff) {
-				cand.Why = fmt.Sprintf("workspace %s was %s within the grace", ws.Name, ws.State)
-				return cand, nil
-			}
-		default:
-			cand.Why = fmt.Sprintf("still used by workspace %s (%s)", ws.Name, ws.State)
-			return cand, nil
-		}
-	}
-	size, _ := (&gitsource.Repo{Dir: dir}).Size()
-	cand.Reclaimable, cand.Bytes, cand.Why = true, size, "no open workspace uses it"
-	if dryRun {
-		return cand, nil
-	}
-	if err := gitsource.Remove(filepath.Dir(dir)); err != nil {
-		return cand, err
-	}
-	cand.Reclaimed = true
-	return cand, nil
-}
-
 // gcLoop runs a sweep every interval until the controller stops.
 func (s *Server) gcLoop(interval, grace time.Duration) {
 	defer s.bg.Done()
@@ -292,4 +247,32 @@ func (s *Server) gcLoop(interval, grace time.Duration) {
 			s.log.Info("gc sweep", "reclaimed_bytes", res.Bytes, "candidates", len(res.Candidates))
 		}
 	}
+}
+
+// sweepBlobs removes what failed captures left: temporaries, and snapshot objects no receipt
+// names. Both must be older than the grace, since another controller sharing the store may be
+// about to write the receipt of a fresh one.
+func (s *Server) sweepBlobs(ctx context.Context) error {
+	grace := s.cfg.SweepGrace
+	if _, err := s.blobs.SweepTemporaries(ctx, grace); err != nil {
+		return err
+	}
+	keep, err := s.store.SnapshotObjectKeys(ctx)
+	if err != nil {
+		return err
+	}
+	objs, err := s.blobs.List(ctx, "snapshots/")
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if keep[o.Key] || time.Since(o.ModTime) < grace {
+			continue
+		}
+		if err := s.blobs.Delete(ctx, o.Key); err != nil {
+			return err
+		}
+		s.log.Info("swept snapshot object without a receipt", "key", o.Key)
+	}
+	return nil
 }

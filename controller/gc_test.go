@@ -190,7 +190,7 @@ func TestGCInterruptedSweepIsFinishedByReopen(t *testing.T) {
 		t.Fatalf("after the interruption: %+v", mid)
 	}
 	// The marked receipt is never served again, even before its object is gone.
-	if _, _, err := tc.s.openArchive(ctx, mustSnapshot(t, tc, snaps[0].ID)); protocol.CodeOf(err) != protocol.CodeNotFound {
+	if _, _, err := tc.s.archives.Open(ctx, mustSnapshot(t, tc, snaps[0].ID)); protocol.CodeOf(err) != protocol.CodeNotFound {
 		t.Fatalf("a reclaimed receipt was opened: %v", err)
 	}
 	tc.s.gcStep = nil

@@ -28,51 +28,12 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	in, err := s.inspect(r.Context(), ws, p)
+	in, err := s.projects.Inspect(r.Context(), ws, p, s.headState)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
-}
-
-// inspect computes a workspace's Git state and delivery, on demand: the base ref is fetched from
-// the source into the base clone, HEAD is read live from the runner (or, for a workspace without
-// one, from its last receipt), and the work is delivered when the source's base ref contains
-// HEAD. The workspace's repository is only ever read by its runner: the controller's git runs
-// on the base clone alone, with a commit id from the runner as an argument. A source that
-// cannot be reached makes delivery unknown, not an error.
-func (s *Server) inspect(ctx context.Context, ws api.Workspace, p api.Project) (api.Inspection, error) {
-	in := api.Inspection{WorkspaceID: ws.ID, BaseRef: ws.Git.BaseRef, Delivery: api.DeliveryUnknown}
-	repo, baseCommit, fetchErr := s.fetchBase(ctx, p)
-	if fetchErr == nil {
-		in.BaseCommit = baseCommit
-	}
-	st, source, err := s.headState(ctx, ws, firstNonEmpty(baseCommit, ws.Git.BaseCommit))
-	if err != nil {
-		return in, err
-	}
-	in.Source, in.Head, in.Branch = source, st.Head, st.Branch
-	in.Ahead, in.Behind, in.Staged, in.Unstaged, in.Untracked = st.Ahead, st.Behind, st.Staged, st.Unstaged, st.Untracked
-	switch {
-	case fetchErr != nil:
-		in.Reason = "source unreachable: " + protocol.AsError(fetchErr).Message
-	case in.Head == "":
-		in.Reason = "the workspace has no commit"
-	default:
-		unlock := s.projectLocks.lock(p.ID)
-		merged, err := repo.IsAncestor(ctx, in.Head, "refs/heads/"+p.BaseRef)
-		unlock()
-		switch {
-		case err != nil:
-			in.Reason = protocol.AsError(err).Message
-		case merged:
-			in.Delivery = api.DeliveredByAncestry
-		default:
-			in.Delivery = api.Unmerged
-		}
-	}
-	return in, nil
 }
 
 // headState reads the workspace's repository state: live from its runner, or from the Git
@@ -81,7 +42,7 @@ func (s *Server) headState(ctx context.Context, ws api.Workspace, baseCommit str
 	if ws.State == api.StateReady {
 		if c, ok := s.hub.Get(ws.AllocationID); ok {
 			var st protocol.GitStatus
-			err := call(ctx, c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
+			err := c.Call(ctx, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
 			return st, "live", err
 		}
 	}
@@ -114,46 +75,10 @@ func (s *Server) handleReconcile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	_, baseCommit, err := s.fetchBase(r.Context(), p)
+	res, err := s.projects.Reconcile(r.Context(), c, epoch, ws, p)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var st protocol.GitStatus
-	if err := call(r.Context(), c, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st); err != nil {
-		writeError(w, err)
-		return
-	}
-	// The workspace's repository is its own: the base's objects travel as a pack, less what the
-	// workspace surely has, and the runner takes them in.
-	args := protocol.GitReconcileArgs{BaseRef: ws.Git.BaseRef, Commit: baseCommit, HasPack: true}
-	var reply protocol.GitReconcileReply
-	var have []string
-	for _, h := range []string{ws.Git.BaseCommit, st.Head} {
-		if s.hasCommit(r.Context(), p, h) {
-			have = append(have, h)
-		}
-	}
-	pack, err := s.packReader(r.Context(), p, []string{baseCommit}, have)
-	if err == nil {
-		err = callWithBody(r.Context(), c, protocol.OpGitReconcile, epoch, args, pack, &reply)
-		pack.Close()
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.ReconcileResult{WorkspaceID: ws.ID, BaseRef: ws.Git.BaseRef, BaseCommit: baseCommit,
-		Before: reply.Before, After: reply.After, Ahead: reply.Ahead, Behind: reply.Behind, Action: reply.Action})
-}
-
-// hasCommit says whether the project's base clone holds commit.
-func (s *Server) hasCommit(ctx context.Context, p api.Project, commit string) bool {
-	if commit == "" {
-		return false
-	}
-	unlock := s.projectLocks.lock(p.ID)
-	defer unlock()
-	repo, err := s.baseRepo(ctx, p)
-	return err == nil && repo.HasCommit(ctx, commit)
+	writeJSON(w, http.StatusOK, res)
 }

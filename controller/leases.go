@@ -73,7 +73,7 @@ func (s *Server) pushEpoch(ctx context.Context, ws api.Workspace, epoch uint64) 
 	if !ok {
 		return
 	}
-	if err := call(ctx, c, protocol.OpSetEpoch, epoch, struct{}{}, nil); err != nil {
+	if err := c.Call(ctx, protocol.OpSetEpoch, epoch, struct{}{}, nil); err != nil {
 		s.log.Warn("push epoch", "workspace", ws.ID, "epoch", epoch, "err", err)
 	}
 }

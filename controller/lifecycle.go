@@ -81,7 +81,7 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 // treeChanged walks the live tree as a capture would and compares its digest with last's.
 func (s *Server) treeChanged(ctx context.Context, ws api.Workspace, c *hub.Conn, last *api.Snapshot) (bool, error) {
 	var digest protocol.SnapshotSummary
-	if err := call(ctx, c, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
+	if err := c.Call(ctx, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
 		return false, err
 	}
 	return last == nil || last.Summary.Tree == "" || last.Summary.Tree != digest.Tree, nil

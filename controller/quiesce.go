@@ -15,7 +15,7 @@ import (
 // still be running: close must not save around it.
 func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) (protocol.QuiesceResult, error) {
 	var res protocol.QuiesceResult
-	err := call(ctx, c, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: "stopped because the workspace closed"}, &res)
+	err := c.Call(ctx, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: "stopped because the workspace closed"}, &res)
 	if err != nil {
 		// What the runner managed to stop is recorded all the same.
 		s.refreshServices(ctx, ws.ID, c)
@@ -36,7 +36,7 @@ func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) (pr
 // unquiesce opens the runner's gate again after a close that quiesced and then refused: the
 // workspace stays ready and takes new runs and services. Best effort: the close already failed.
 func (s *Server) unquiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) {
-	if err := call(context.WithoutCancel(ctx), c, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Release: true}, nil); err != nil {
+	if err := c.Call(context.WithoutCancel(ctx), protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Release: true}, nil); err != nil {
 		s.log.Warn("reopen the gate after a refused close", "workspace", ws.ID, "err", err)
 	}
 }
@@ -44,7 +44,7 @@ func (s *Server) unquiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) {
 // refreshServices records every service as the runner lists it now (best effort).
 func (s *Server) refreshServices(ctx context.Context, workspaceID string, c *hub.Conn) {
 	var list []protocol.ServiceStatus
-	if err := call(context.WithoutCancel(ctx), c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+	if err := c.Call(context.WithoutCancel(ctx), protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
 		return
 	}
 	s.recordServices(ctx, workspaceID, list, true)
@@ -53,7 +53,7 @@ func (s *Server) refreshServices(ctx context.Context, workspaceID string, c *hub
 // activeServices counts the services of a connected runner that are not over yet.
 func activeServices(ctx context.Context, c *hub.Conn) (int, error) {
 	var list []protocol.ServiceStatus
-	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+	if err := c.Call(ctx, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
 		return 0, err
 	}
 	n := 0

@@ -153,35 +153,3 @@ func (s *Server) serveRunnerOp(c *hub.Conn, st *yamux.Stream, limits RunnerLimit
 		s.strike(c, fmt.Sprintf("operation %s: the runner kept the stream open after the answer", h.Op))
 	}
 }
-
-// idleReader fails a read that waits more than idle for the runner's next byte.
-type idleReader struct {
-	st   *yamux.Stream
-	idle time.Duration
-}
-
-func (r idleReader) Read(p []byte) (int, error) {
-	_ = r.st.SetReadDeadline(time.Now().Add(r.idle))
-	n, err := r.st.Read(p)
-	if errors.Is(err, yamux.ErrTimeout) {
-		err = protocol.Errorf(protocol.CodeTimeout, "the runner sent nothing for %s", r.idle)
-	}
-	return n, err
-}
-
-// capReader fails once more than max bytes came through it.
-type capReader struct {
-	r    io.Reader
-	n    int64
-	max  int64
-	what string
-}
-
-func (c *capReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > c.max {
-		return n, protocol.Errorf(protocol.CodeTooLarge, "%s exceeds the %d-byte limit", c.what, c.max)
-	}
-	return n, err
-}

@@ -6,7 +6,6 @@ package controller
 // never falls back to a save while a live tree may hold work that save lacks.
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,12 +13,11 @@ import (
 	"hash"
 	"io"
 	"net/http"
-	"path"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
@@ -111,28 +109,6 @@ func (s *Server) savedSource(ctx context.Context, src fileSource) (fileSource, e
 	return src, nil
 }
 
-// rootEntry stands for the workspace root, which an archive does not hold as an entry.
-func rootEntry(snap *api.Snapshot) snapshot.Entry {
-	return snapshot.Entry{Path: ".", Type: snapshot.TypeDir, Mode: 0o755, MTime: snap.CreatedAt.UTC()}
-}
-
-// savedFileInfo describes an archived entry as the runner describes a live one.
-func savedFileInfo(e snapshot.Entry) protocol.FileInfo {
-	fi := protocol.FileInfo{Path: e.Path, Name: path.Base(e.Path), Mode: e.Mode & 0o777, Size: e.Size, MTime: e.MTime}
-	switch e.Type {
-	case snapshot.TypeFile:
-		fi.Type = protocol.FileRegular
-	case snapshot.TypeDir:
-		fi.Type, fi.Size = protocol.FileDir, 0
-	case snapshot.TypeSymlink:
-		// A link's size is its target's length, as lstat(2) says.
-		fi.Type, fi.LinkTarget, fi.Size = protocol.FileSymlink, e.LinkTarget, int64(len(e.LinkTarget))
-	default:
-		fi.Type = protocol.FileOther
-	}
-	return fi
-}
-
 // savedFilesGet answers GET list/stat/read from src's receipt.
 func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileSource) {
 	q := r.URL.Query()
@@ -151,20 +127,20 @@ func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileS
 		writeError(w, err)
 		return
 	}
-	idx, err := s.savedIndexFor(r.Context(), src.snap)
+	idx, err := s.savedIndexes.Open(r.Context(), src.snap)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer idx.Close()
-	e, pos, err := idx.lookup(src.snap, clean)
+	e, pos, err := idx.Lookup(src.snap, clean)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	switch {
 	case q.Has("list"):
-		page, err := idx.list(e, pos, clean, q.Get("cursor"), q.Get("limit"))
+		page, err := idx.List(e, pos, clean, q.Get("cursor"), q.Get("limit"))
 		if err != nil {
 			writeError(w, err)
 			return
@@ -172,7 +148,7 @@ func (s *Server) savedFilesGet(w http.ResponseWriter, r *http.Request, src fileS
 		page.ReadSource = src.info()
 		writeJSON(w, http.StatusOK, page)
 	case q.Has("stat"):
-		fi := savedFileInfo(e)
+		fi := savedcopy.FileInfo(e)
 		fi.ReadSource = src.info()
 		writeJSON(w, http.StatusOK, fi)
 	default:
@@ -200,26 +176,13 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 		writeError(w, err)
 		return
 	}
-	ctx := r.Context()
-	archive, closeArchive, err := s.openArchive(ctx, *snap)
+	tr, closeEntry, err := s.archives.OpenEntry(r.Context(), snap, e, pos)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer closeArchive()
-	raw := &readErr{r: archive}
-	dec, err := zstd.NewReader(raw, zstd.WithDecoderMaxWindow(128<<20), zstd.WithDecoderMaxMemory(128<<20))
-	if err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %v", snap.ID, err))
-		return
-	}
-	defer dec.Close()
-	tr := tar.NewReader(dec)
-	if err := seekEntry(tr, e, pos); err != nil {
-		writeError(w, archiveErr(ctx, snap, raw, err))
-		return
-	}
-	status := writeReadHeaders(w, protocol.FsReadReply{Info: savedFileInfo(e), Offset: off, Length: n}, ranged)
+	defer closeEntry()
+	status := writeReadHeaders(w, protocol.FsReadReply{Info: savedcopy.FileInfo(e), Offset: off, Length: n}, ranged)
 	w.WriteHeader(status)
 	cut := func(what string, err error) {
 		s.log.Warn("saved file read cut off", "snapshot", snap.ID, "path", e.Path, "what", what, "err", err)
@@ -262,58 +225,4 @@ func (s *Server) readSaved(w http.ResponseWriter, r *http.Request, snap *api.Sna
 	if !ranged {
 		w.Header().Set(HeaderSHA256, hex.EncodeToString(plain.Sum(nil)))
 	}
-}
-
-// seekEntry reads tar headers up to the entry at position pos (global PAX headers aside) and
-// checks that it is the regular file e; the reader is then at the entry's first byte.
-func seekEntry(tr *tar.Reader, e snapshot.Entry, pos int) error {
-	for i := 0; ; {
-		h, err := tr.Next()
-		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		if i < pos {
-			i++
-			continue
-		}
-		if h.Name != e.Path || h.Typeflag != tar.TypeReg || h.Size != e.Size {
-			return fmt.Errorf("archive entry %d is %q (type %q, %d bytes), the manifest says the file %q of %d bytes", pos, h.Name, h.Typeflag, h.Size, e.Path, e.Size)
-		}
-		return nil
-	}
-}
-
-// archiveErr types a failure to read a saved archive. The stored object's own failure comes
-// first: a decoder reading ahead may report the damage it caused (a failed CRC) rather than the
-// receipt check that failed under it. A failure of that stream (a cut connection) is passed on
-// as it is; anything else wrong with the zstd or tar data is the archive's fault.
-func archiveErr(ctx context.Context, snap *api.Snapshot, raw *readErr, err error) error {
-	switch {
-	case raw.err != nil:
-		return raw.err
-	case protocol.CodeOf(err) == protocol.CodeInternal && ctx.Err() == nil:
-		return protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %v", snap.ID, err)
-	}
-	return err
-}
-
-// readErr remembers the error of the stored object's stream, telling a failed read apart from a
-// malformed archive.
-type readErr struct {
-	r   io.Reader
-	err error
-}
-
-func (e *readErr) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err != nil && err != io.EOF {
-		e.err = err
-	}
-	return n, err
 }

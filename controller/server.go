@@ -1,5 +1,3 @@
-// Package controller is Tether's control plane: it dispatches runners through provider plugins,
-// holds their websocket connections, keeps the records and serves the REST API.
 package controller
 
 import (
@@ -19,6 +17,9 @@ import (
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/project"
+	"github.com/tetherhq/tether/controller/providers"
+	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
 	"github.com/tetherhq/tether/plugins/provider"
@@ -73,15 +74,16 @@ type Server struct {
 	log           *slog.Logger
 	store         store.Store
 	hub           *hub.Hub
-	providers     *providerSet
+	providers     *providers.Set
 	operatorToken string
 	advertise     string
 	runnerSocket  string // host path of the unix socket runners may dial ("" without one)
 	blobs         blob.Store
 	identity      *age.X25519Identity
 	encrypt       bool
-	projectLocks  projectLocks
-	savedIndexes  savedIndexes // saved-copy read indexes being built (savedindex_build.go)
+	projects      *project.Projects
+	archives      savedcopy.Archives
+	savedIndexes  *savedcopy.Indexes // saved-copy read indexes, built once per receipt
 	gcMu          sync.Mutex
 	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
 	// sweep there, as a crash would.
@@ -140,12 +142,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	identity, err := loadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
+	identity, err := savedcopy.LoadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("snapshot key: %w", err)
 	}
-	encrypt, err := encryptionFor(cfg.EncryptSnapshots, cfg.BlobsURL)
+	encrypt, err := savedcopy.EncryptionFor(cfg.EncryptSnapshots, cfg.BlobsURL)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -153,11 +155,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
-		providers: newProviderSet(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.Logger),
+		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		ctx: sctx, cancel: cancel,
 	}
-	s.providers.options = cfg.ProviderOptions
+	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
+		NewID: newID, CheckName: checkName, ExpectKind: expectKind})
+	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
+	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, &s.bg)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {
@@ -301,4 +306,13 @@ func (s *Server) markDisconnected(ctx context.Context) error {
 // providerFor returns the named provider plugin, loading it on first use.
 func (s *Server) providerFor(ctx context.Context, name string) (provider.Provider, error) {
 	return s.providers.Get(ctx, name)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -133,7 +133,7 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st protocol.ServiceStatus
-	if err := call(r.Context(), c, protocol.OpServiceStart, epoch, spec, &st); err != nil {
+	if err := c.Call(r.Context(), protocol.OpServiceStart, epoch, spec, &st); err != nil {
 		// The failed status (reason, stderr tail, restarts) is what the runner lists now.
 		s.refreshService(r.Context(), ws.ID, c, spec.Name)
 		writeError(w, err)
@@ -144,7 +144,7 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 		s.recordService(r.Context(), v)
 		// Whatever the runner started is not this controller's service: it goes.
 		var stopped protocol.ServiceStatus
-		_ = call(r.Context(), c, protocol.OpServiceStop, epoch, protocol.ServiceStopArgs{Name: spec.Name}, &stopped)
+		_ = c.Call(r.Context(), protocol.OpServiceStop, epoch, protocol.ServiceStopArgs{Name: spec.Name}, &stopped)
 		writeError(w, err)
 		return
 	}
@@ -195,7 +195,7 @@ func (s *Server) bindRun(ctx context.Context, ws api.Workspace, spec *protocol.S
 // refreshService records one service as the runner lists it now (best effort).
 func (s *Server) refreshService(ctx context.Context, workspaceID string, c *hub.Conn, name string) {
 	var list []protocol.ServiceStatus
-	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+	if err := c.Call(ctx, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
 		return
 	}
 	for _, st := range list {
@@ -224,7 +224,7 @@ func (s *Server) servicesChecked(ctx context.Context, idOrName string) ([]api.Se
 		return list, nil, err
 	}
 	var list []protocol.ServiceStatus
-	if err := call(ctx, c, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
+	if err := c.Call(ctx, protocol.OpServiceList, 0, struct{}{}, &list); err != nil {
 		return nil, nil, err
 	}
 	out, refused := s.reconcileServices(ctx, ws.ID, list, true)
@@ -265,14 +265,14 @@ func (s *Server) handleServiceLogs(w http.ResponseWriter, r *http.Request) {
 	defer st.Close()
 	stop := context.AfterFunc(r.Context(), func() { st.Close() })
 	defer stop()
-	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
-	tr, err := readTrailer(st)
+	_ = st.SetReadDeadline(time.Now().Add(hub.TrailerWait))
+	tr, err := hub.ReadTrailer(st)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var reply protocol.ServiceLogsReply
-	if err := decodeResult(tr, &reply); err != nil {
+	if err := hub.DecodeResult(tr, &reply); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -414,7 +414,7 @@ func (s *Server) handleServiceStop(w http.ResponseWriter, r *http.Request) {
 		args.Grace = protocol.Duration(d)
 	}
 	var st protocol.ServiceStatus
-	if err := call(r.Context(), c, protocol.OpServiceStop, epoch, args, &st); err != nil {
+	if err := c.Call(r.Context(), protocol.OpServiceStop, epoch, args, &st); err != nil {
 		s.refreshService(r.Context(), ws.ID, c, args.Name)
 		writeError(w, err)
 		return

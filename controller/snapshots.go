@@ -2,16 +2,12 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"time"
 
-	"filippo.io/age"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
@@ -74,7 +70,7 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
 	lim := s.cfg.Runners
-	fromRunner := idleReader{st: st, idle: lim.Idle}
+	fromRunner := hub.IdleReader{St: st, Idle: lim.Idle}
 	var reply protocol.Trailer
 	if err := protocol.ReadJSON(fromRunner, &reply); err != nil {
 		return snap, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err)
@@ -82,8 +78,8 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	if err := reply.Err(); err != nil {
 		return snap, err
 	}
-	body := &capReader{r: protocol.NewBodyReader(fromRunner), max: lim.MaxSnapshotBytes,
-		what: fmt.Sprintf("the capture of workspace %s", ws.ID)}
+	body := hub.NewCapReader(protocol.NewBodyReader(fromRunner), lim.MaxSnapshotBytes,
+		fmt.Sprintf("the capture of workspace %s", ws.ID))
 	check := s.startCaptureCheck(ctx, snap.Encrypted)
 	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
 	verified, verr := check.result()
@@ -106,13 +102,13 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	if verr != nil {
 		return discard(verr)
 	}
-	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
-	final, err := readTrailer(st)
+	_ = st.SetReadDeadline(time.Now().Add(hub.TrailerWait))
+	final, err := hub.ReadTrailer(st)
 	if err != nil {
 		return discard(err)
 	}
 	var claimed protocol.SnapshotSummary
-	if err := decodeResult(final, &claimed); err != nil {
+	if err := hub.DecodeResult(final, &claimed); err != nil {
 		return discard(err)
 	}
 	if snap.Summary, err = matchCapture(snap, verified, claimed); err != nil {
@@ -155,67 +151,6 @@ func (s *Server) handleSnapshotShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, snap)
-}
-
-// openArchive streams a snapshot's plain (decrypted) archive. The stored object's size and
-// SHA-256 are checked against the receipt as it flows; a mismatch surfaces as a read error at
-// the end, before the reader ever reports EOF, so nobody downstream publishes a bad archive.
-func (s *Server) openArchive(ctx context.Context, snap api.Snapshot) (io.Reader, func(), error) {
-	if snap.ReclaimedAt != nil {
-		return nil, nil, protocol.Errorf(protocol.CodeNotFound, "snapshot %s was reclaimed by gc at %s: a newer receipt of workspace %s holds its work",
-			snap.ID, snap.ReclaimedAt.UTC().Format(time.RFC3339), snap.WorkspaceID)
-	}
-	rc, _, err := s.blobs.Get(ctx, snap.ObjectKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	verified := &receiptReader{r: rc, snap: snap, sum: sha256.New()}
-	if !snap.Encrypted {
-		return verified, func() { rc.Close() }, nil
-	}
-	plain, err := age.Decrypt(verified, s.identity)
-	if err != nil {
-		rc.Close()
-		return nil, nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: decrypt: %v", snap.ID, err)
-	}
-	// age stops at its final chunk; read the object to its end so the check above runs.
-	return &thenDrain{r: plain, tail: verified}, func() { rc.Close() }, nil
-}
-
-// receiptReader checks the bytes of a stored object against its receipt.
-type receiptReader struct {
-	r    io.Reader
-	snap api.Snapshot
-	n    int64
-	sum  hash.Hash
-}
-
-func (v *receiptReader) Read(p []byte) (int, error) {
-	n, err := v.r.Read(p)
-	v.n += int64(n)
-	v.sum.Write(p[:n])
-	if errors.Is(err, io.EOF) {
-		if got := hex.EncodeToString(v.sum.Sum(nil)); v.n != v.snap.Bytes || got != v.snap.SHA256 {
-			return n, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: stored object is %d bytes with sha256 %s, the receipt says %d bytes with sha256 %s",
-				v.snap.ID, v.n, got, v.snap.Bytes, v.snap.SHA256)
-		}
-	}
-	return n, err
-}
-
-// thenDrain reads r, and at its end reads tail to its end too, reporting tail's error if any.
-type thenDrain struct {
-	r, tail io.Reader
-}
-
-func (t *thenDrain) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	if errors.Is(err, io.EOF) {
-		if _, derr := io.Copy(io.Discard, t.tail); derr != nil {
-			return n, derr
-		}
-	}
-	return n, err
 }
 
 func (s *Server) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) {
@@ -276,7 +211,7 @@ func (s *Server) handleSnapshotArchive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	archive, closeArchive, err := s.openArchive(r.Context(), snap)
+	archive, closeArchive, err := s.archives.Open(r.Context(), snap)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -307,7 +242,7 @@ func (s *Server) handleSnapshotVerify(w http.ResponseWriter, r *http.Request) {
 // verifySnapshot re-reads the stored object: size and SHA-256 against the receipt, then the
 // archive itself, whose manifest must be the one recorded at capture.
 func (s *Server) verifySnapshot(ctx context.Context, snap api.Snapshot) (api.VerifyResult, error) {
-	if _, err := s.verifyStored(ctx, &snap, nil); err != nil {
+	if _, err := s.archives.Verify(ctx, &snap, nil); err != nil {
 		// Whatever is wrong with the archive itself (too many entries, another version) is
 		// damage to this receipt's object.
 		var bad *snapshot.Error
@@ -322,7 +257,7 @@ func (s *Server) verifySnapshot(ctx context.Context, snap api.Snapshot) (api.Ver
 // restoreInto streams a snapshot, checked against its receipt as it flows, into the empty
 // workspace of runner c, which publishes it only when every entry matched the manifest.
 func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot, epoch uint64) error {
-	archive, closeArchive, err := s.openArchive(ctx, snap)
+	archive, closeArchive, err := s.archives.Open(ctx, snap)
 	if err != nil {
 		return err
 	}
@@ -337,7 +272,7 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	}
 	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes,
 		MaxApparentBytes: limit}
-	return callWithBody(ctx, c, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
+	return c.CallWithBody(ctx, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
 }
 
 // snapshot loads a receipt by id, refusing ids of other kinds.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/plugins/provider"
@@ -59,19 +60,17 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	var proj api.Project
 	var git *api.WorkspaceGit
 	if req.Project != "" {
-		var reused *api.Workspace
-		var unlock func()
-		var err error
-		proj, git, reused, unlock, err = s.planCheckout(ctx, req)
+		plan, err := s.planCheckout(ctx, req)
 		if err != nil {
 			return api.Workspace{}, err
 		}
-		if reused != nil {
-			return *reused, nil
+		if plan.Reuse != nil {
+			return *plan.Reuse, nil
 		}
 		// A shared branch's workspace is recorded under its branch's lock, so two requests
 		// never both create one.
-		defer unlock()
+		defer plan.Release()
+		proj, git = plan.Project, plan.Git
 	} else if req.Mode != "" || req.Branch != "" || len(req.Provision) > 0 || len(req.Teardown) > 0 {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "--mode, --branch, --provision and --teardown need --project")
 	}
@@ -177,7 +176,7 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 		return fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
 	}
 	var root protocol.FileInfo
-	if err := call(waitCtx, c, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
+	if err := c.Call(waitCtx, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
 		return fail(fmt.Sprintf("runner connected but failed its probe: %v", err))
 	}
 	return nil
@@ -288,6 +287,19 @@ func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, 
 	return ws, nil
 }
 
+// runnerFor finds the connected runner of a ready workspace.
+func (s *Server) runnerFor(ctx context.Context, idOrName string) (*hub.Conn, error) {
+	ws, err := s.liveConn(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := s.hub.Get(ws.AllocationID)
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
+	}
+	return c, nil
+}
+
 // handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,
 // which publishes it only once the whole stream arrived and verified.
 func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
@@ -297,7 +309,7 @@ func (s *Server) handleTreeImport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res protocol.TreeImportResult
-	if err := callWithBody(r.Context(), c, protocol.OpTreeImport, epoch, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
+	if err := c.CallWithBody(r.Context(), protocol.OpTreeImport, epoch, protocol.TreeImportArgs{Dir: r.URL.Query().Get("dir")}, r.Body, &res); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,4 +1,3 @@
-// Package hub keeps the controller's live runner connections and opens operation streams on them.
 package hub
 
 import (

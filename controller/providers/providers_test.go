@@ -1,4 +1,4 @@
-package controller
+package providers
 
 import (
 	"context"
@@ -25,10 +25,10 @@ func buildPlugin(t *testing.T, dir, pkg, name string) {
 	}
 }
 
-func testProviderSet(t *testing.T) (*providerSet, string) {
+func testProviderSet(t *testing.T) (*Set, string) {
 	t.Helper()
 	dir := t.TempDir()
-	set := newProviderSet(dir, filepath.Join(t.TempDir(), "providers"), slog.New(slog.DiscardHandler))
+	set := New(dir, filepath.Join(t.TempDir(), "providers"), nil, slog.New(slog.DiscardHandler))
 	t.Cleanup(set.Close)
 	runner := filepath.Join(t.TempDir(), "fake-runner")
 	if err := os.WriteFile(runner, []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {

@@ -1,4 +1,4 @@
-package controller
+package savedcopy
 
 import (
 	"bufio"
@@ -9,20 +9,26 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"sync"
 
 	"github.com/tetherhq/tether/controller/api"
-	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
 
-// savedIndexes builds each receipt's index once, however many reads ask for it at the same
-// time. Indexes from an earlier process are removed before the first build: an archive is
-// verified whole by each controller before it serves reads from it.
-type savedIndexes struct {
+// Indexes is a cache of receipts' indexes in a directory (DATA/cache/saved-index), owned by the
+// controller that made it. It builds each receipt's index once, however many reads ask for it
+// at the same time. Indexes from an earlier process are removed before the first build: an
+// archive is verified whole by each controller before it serves reads from it.
+type Indexes struct {
+	dir      string
+	archives Archives
+	log      *slog.Logger
+	bg       *sync.WaitGroup // builds, which outlive the requests that started them
+
 	mu       sync.Mutex
 	cleared  bool
 	building map[string]*indexBuild
@@ -33,15 +39,21 @@ type indexBuild struct {
 	err  error
 }
 
-func (s *Server) savedIndexDir() string { return filepath.Join(s.cfg.DataDir, "cache", "saved-index") }
+// NewIndexes returns the cache of the indexes in dir of archives' receipts. bg counts the
+// builds in progress, for the owner to wait for before it closes archives' blob store.
+func NewIndexes(dir string, archives Archives, log *slog.Logger, bg *sync.WaitGroup) *Indexes {
+	return &Indexes{dir: dir, archives: archives, log: log, bg: bg}
+}
 
-// savedIndexFor opens a receipt's index, building it first if need be: the whole archive is
+// Dir is the directory the indexes are in.
+func (x *Indexes) Dir() string { return x.dir }
+
+// Open opens a receipt's index, building it first if need be: the whole archive is
 // read and checked, as a verify would (the stored object against the receipt, every entry
 // against the manifest), and the index is used only once it all matched.
-func (s *Server) savedIndexFor(ctx context.Context, snap *api.Snapshot) (*savedIndex, error) {
-	dir := s.savedIndexDir()
+func (x *Indexes) Open(ctx context.Context, snap *api.Snapshot) (*Index, error) {
+	dir := x.dir
 	name := filepath.Join(dir, snap.ID+"-"+snap.SHA256+".idx")
-	x := &s.savedIndexes
 	x.mu.Lock()
 	if !x.cleared {
 		if err := os.RemoveAll(dir); err != nil {
@@ -50,11 +62,11 @@ func (s *Server) savedIndexFor(ctx context.Context, snap *api.Snapshot) (*savedI
 		}
 		x.cleared = true
 	}
-	if idx, err := openSavedIndex(name); err == nil {
+	if idx, err := openIndex(name); err == nil {
 		x.mu.Unlock()
 		return idx, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		s.log.Warn("saved index unreadable; building it again", "snapshot", snap.ID, "err", err)
+		x.log.Warn("saved index unreadable; building it again", "snapshot", snap.ID, "err", err)
 	}
 	b := x.building[name]
 	if b == nil {
@@ -65,10 +77,10 @@ func (s *Server) savedIndexFor(ctx context.Context, snap *api.Snapshot) (*savedI
 		x.building[name] = b
 		// The build outlives the request that started it: the others waiting need it too.
 		bctx := context.WithoutCancel(ctx)
-		s.bg.Add(1)
+		x.bg.Add(1)
 		go func() {
-			defer s.bg.Done()
-			b.err = s.buildSavedIndex(bctx, snap, dir, name)
+			defer x.bg.Done()
+			b.err = x.build(bctx, snap, dir, name)
 			x.mu.Lock()
 			delete(x.building, name)
 			x.mu.Unlock()
@@ -84,12 +96,12 @@ func (s *Server) savedIndexFor(ctx context.Context, snap *api.Snapshot) (*savedI
 	if b.err != nil {
 		return nil, b.err
 	}
-	return openSavedIndex(name)
+	return openIndex(name)
 }
 
-// buildSavedIndex reads and verifies the archive, writing the index beside it as it goes, and
+// build reads and verifies the archive, writing the index beside it as it goes, and
 // publishes it under name once both are complete.
-func (s *Server) buildSavedIndex(ctx context.Context, snap *api.Snapshot, dir, name string) error {
+func (x *Indexes) build(ctx context.Context, snap *api.Snapshot, dir, name string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("saved index cache: %w", err)
 	}
@@ -98,40 +110,13 @@ func (s *Server) buildSavedIndex(ctx context.Context, snap *api.Snapshot, dir, n
 		return fmt.Errorf("saved index: %w", err)
 	}
 	defer b.abort()
-	if _, err := s.verifyStored(ctx, snap, b.add); err != nil {
+	if _, err := x.archives.Verify(ctx, snap, b.add); err != nil {
 		return err
 	}
 	if err := b.finish(); err != nil {
 		return fmt.Errorf("saved index: %w", err)
 	}
 	return b.publish(name)
-}
-
-// verifyStored reads a receipt's stored object to its end and checks it, in memory independent
-// of its entries: its size and SHA-256 against the receipt, the archive as snapshot.Verify
-// does, and the manifest against the one the receipt recorded at capture. onEntry, when set,
-// sees every entry as it is verified.
-func (s *Server) verifyStored(ctx context.Context, snap *api.Snapshot, onEntry func(snapshot.Entry) error) (*snapshot.Verified, error) {
-	archive, closeArchive, err := s.openArchive(ctx, *snap)
-	if err != nil {
-		return nil, err
-	}
-	defer closeArchive()
-	raw := &readErr{r: archive}
-	v, err := snapshot.Verify(ctx, raw, snapshot.VerifyOptions{MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes, OnEntry: onEntry})
-	if err == nil {
-		// Verify may stop at the archive's end; the rest must still match the receipt.
-		_, err = io.Copy(io.Discard, raw)
-	}
-	if err != nil {
-		return nil, archiveErr(ctx, snap, raw, err)
-	}
-	sum := snap.Summary
-	if v.Totals.Entries != sum.Entries || v.Totals.Bytes != sum.Bytes ||
-		sum.Manifest != "" && v.ManifestSHA256 != sum.Manifest || sum.Tree != "" && v.TreeSHA256 != sum.Tree {
-		return nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: the archive's manifest differs from the receipt", snap.ID)
-	}
-	return v, nil
 }
 
 // indexBuilder writes an index as the archive's entries come, keeping only the chain of open

@@ -1,6 +1,7 @@
-package controller
+package providers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -22,9 +23,9 @@ var providerName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 // pluginPrefix names provider plugin binaries: tether-provider-<name>, next to tether.
 const pluginPrefix = "tether-provider-"
 
-// providerSet loads provider plugins on first use, keeps them for the controller's lifetime and
+// Set loads provider plugins on first use, keeps them for the controller's lifetime and
 // restarts one whose process died on its next use.
-type providerSet struct {
+type Set struct {
 	dir      string
 	stateDir string
 	// options configure each provider by name (tether serve --provider-config NAME.KEY=VALUE).
@@ -35,13 +36,15 @@ type providerSet struct {
 	plugins map[string]*pluginHandle
 }
 
-func newProviderSet(dir, stateDir string, log *slog.Logger) *providerSet {
-	return &providerSet{dir: dir, stateDir: stateDir, log: log, plugins: map[string]*pluginHandle{}}
+// New returns the set of the plugins in dir (tether-provider-<name>), each configured with a
+// state directory under stateDir and its options (by provider name).
+func New(dir, stateDir string, options map[string]map[string]string, log *slog.Logger) *Set {
+	return &Set{dir: dir, stateDir: stateDir, options: options, log: log, plugins: map[string]*pluginHandle{}}
 }
 
 // Get returns the named provider, its plugin started and configured. The returned Provider
 // outlives plugin crashes: each call restarts the plugin if its process is gone.
-func (p *providerSet) Get(ctx context.Context, name string) (provider.Provider, error) {
+func (p *Set) Get(ctx context.Context, name string) (provider.Provider, error) {
 	h, err := p.handle(name)
 	if err != nil {
 		return nil, err
@@ -53,7 +56,7 @@ func (p *providerSet) Get(ctx context.Context, name string) (provider.Provider, 
 }
 
 // handle returns the plugin handle for name, checking the binary exists.
-func (p *providerSet) handle(name string) (*pluginHandle, error) {
+func (p *Set) handle(name string) (*pluginHandle, error) {
 	if !providerName.MatchString(name) {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "invalid provider name %q", name)
 	}
@@ -72,7 +75,7 @@ func (p *providerSet) handle(name string) (*pluginHandle, error) {
 }
 
 // Discover lists the provider names with a plugin binary in the plugin directory.
-func (p *providerSet) Discover() ([]string, error) {
+func (p *Set) Discover() ([]string, error) {
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
 		return nil, err
@@ -93,7 +96,7 @@ func (p *providerSet) Discover() ([]string, error) {
 
 // Info asks the named plugin who it is, starting it if needed but not configuring it, so a
 // provider whose configuration fails still shows up.
-func (p *providerSet) Info(ctx context.Context, name string) (provider.Info, string, error) {
+func (p *Set) Info(ctx context.Context, name string) (provider.Info, string, error) {
 	h, err := p.handle(name)
 	if err != nil {
 		return provider.Info{}, "", err
@@ -106,7 +109,8 @@ func (p *providerSet) Info(ctx context.Context, name string) (provider.Info, str
 	return info, h.path, h.failed(c, "Info", err)
 }
 
-func (p *providerSet) Close() {
+// Close stops every plugin process.
+func (p *Set) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, h := range p.plugins {
@@ -117,7 +121,7 @@ func (p *providerSet) Close() {
 // pluginHandle is one provider plugin. It implements provider.Provider by calling the live
 // plugin process, starting (again) and configuring it first when needed.
 type pluginHandle struct {
-	set        *providerSet
+	set        *Set
 	name, path string
 
 	mu         sync.Mutex
@@ -143,7 +147,7 @@ func (h *pluginHandle) live(ctx context.Context, configure bool) (*provider.Clie
 	if h.client == nil {
 		// Plugin chatter (start, exit) is debug detail; warnings and errors still show.
 		logger := hclog.New(&hclog.LoggerOptions{Name: "provider." + h.name, Output: os.Stderr,
-			Level: hclog.LevelFromString(firstNonEmpty(os.Getenv("TETHER_PLUGIN_LOG"), "warn"))})
+			Level: hclog.LevelFromString(cmp.Or(os.Getenv("TETHER_PLUGIN_LOG"), "warn"))})
 		c, err := provider.Open(ctx, h.path, logger)
 		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeProviderFailed, "provider %q: %v", h.name, err)
@@ -280,15 +284,6 @@ func (h *pluginHandle) Endpoint(ctx context.Context, id string, port int) (ep pr
 
 func (h *pluginHandle) InstallRunner(ctx context.Context, id, runner string) error {
 	return h.call(ctx, "InstallRunner", func(c *provider.Client) error { return c.InstallRunner(ctx, id, runner) })
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // ExportFiles copies a workspace's files out through the provider's own file API (optional:

@@ -1,4 +1,4 @@
-package controller
+package savedcopy
 
 // The index of a receipt's archive that saved-copy reads use: a file under DATA/cache/saved-index,
 // built once per receipt as the archive is verified (savedindex_build.go), read with ReadAt so
@@ -35,8 +35,8 @@ const (
 	indexSlotSize   = 4
 )
 
-// savedIndex is an open index file.
-type savedIndex struct {
+// Index is an open index file.
+type Index struct {
 	f        *os.File
 	n        uint32
 	nodesOff int64
@@ -51,12 +51,12 @@ type indexNode struct {
 	firstChild uint64
 }
 
-func openSavedIndex(name string) (*savedIndex, error) {
+func openIndex(name string) (*Index, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
-	x := &savedIndex{f: f}
+	x := &Index{f: f}
 	if err := x.readHeader(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("saved index %s: %w", name, err)
@@ -64,9 +64,10 @@ func openSavedIndex(name string) (*savedIndex, error) {
 	return x, nil
 }
 
-func (x *savedIndex) Close() error { return x.f.Close() }
+// Close closes the index file.
+func (x *Index) Close() error { return x.f.Close() }
 
-func (x *savedIndex) readHeader() error {
+func (x *Index) readHeader() error {
 	var h [indexHeaderSize]byte
 	if _, err := x.f.ReadAt(h[:], 0); err != nil {
 		return err
@@ -88,7 +89,7 @@ func (x *savedIndex) readHeader() error {
 	return nil
 }
 
-func (x *savedIndex) node(i uint32) (indexNode, error) {
+func (x *Index) node(i uint32) (indexNode, error) {
 	if i > x.n {
 		return indexNode{}, fmt.Errorf("saved index: node %d of %d", i, x.n)
 	}
@@ -102,7 +103,7 @@ func (x *savedIndex) node(i uint32) (indexNode, error) {
 	}, nil
 }
 
-func (x *savedIndex) entry(nd indexNode) (snapshot.Entry, error) {
+func (x *Index) entry(nd indexNode) (snapshot.Entry, error) {
 	buf := make([]byte, nd.recLen)
 	if _, err := x.f.ReadAt(buf, nd.recOff); err != nil {
 		return snapshot.Entry{}, err
@@ -113,7 +114,7 @@ func (x *savedIndex) entry(nd indexNode) (snapshot.Entry, error) {
 }
 
 // child returns the node number and entry of dir's k-th child by name.
-func (x *savedIndex) child(dir indexNode, k uint32) (uint32, snapshot.Entry, error) {
+func (x *Index) child(dir indexNode, k uint32) (uint32, snapshot.Entry, error) {
 	var b [indexSlotSize]byte
 	if _, err := x.f.ReadAt(b[:], x.slotsOff+int64(dir.firstChild+uint64(k))*indexSlotSize); err != nil {
 		return 0, snapshot.Entry{}, err
@@ -129,7 +130,7 @@ func (x *savedIndex) child(dir indexNode, k uint32) (uint32, snapshot.Entry, err
 
 // search returns the position among dir's children of the first whose name is after name (or
 // equal to it, when inclusive).
-func (x *savedIndex) search(dir indexNode, name string, inclusive bool) (uint32, error) {
+func (x *Index) search(dir indexNode, name string, inclusive bool) (uint32, error) {
 	var ferr error
 	k := sort.Search(int(dir.children), func(k int) bool {
 		if ferr != nil {
@@ -146,11 +147,11 @@ func (x *savedIndex) search(dir indexNode, name string, inclusive bool) (uint32,
 	return uint32(k), ferr
 }
 
-// lookup finds a cleaned path the way the runner's guard resolves one: every component before
+// Lookup finds a cleaned path the way the runner's guard resolves one: every component before
 // the last must be a directory (a symlink is refused, never followed; a file is not a
 // directory), and a missing component is not_found. It returns the entry's position in the
 // archive, or -1 for the root.
-func (x *savedIndex) lookup(snap *api.Snapshot, clean string) (snapshot.Entry, int, error) {
+func (x *Index) Lookup(snap *api.Snapshot, clean string) (snapshot.Entry, int, error) {
 	if clean == "." {
 		return rootEntry(snap), -1, nil
 	}
@@ -190,10 +191,10 @@ func (x *savedIndex) lookup(snap *api.Snapshot, clean string) (snapshot.Entry, i
 	panic("unreachable")
 }
 
-// list is one page of a saved directory (the entry e at archive position pos, from lookup),
+// List is one page of a saved directory (the entry e at archive position pos, from Lookup),
 // with the runner's paging: sorted by name, starting after cursor, at most limit entries
 // (default and cap protocol.MaxListPage), Next set to the last name when more follow.
-func (x *savedIndex) list(e snapshot.Entry, pos int, clean, cursor, limitArg string) (protocol.FsListResult, error) {
+func (x *Index) List(e snapshot.Entry, pos int, clean, cursor, limitArg string) (protocol.FsListResult, error) {
 	switch e.Type {
 	case snapshot.TypeSymlink:
 		return protocol.FsListResult{}, protocol.Errorf(protocol.CodeSymlinkRefused, "%s is a symlink; it is never followed", clean)
@@ -223,7 +224,29 @@ func (x *savedIndex) list(e snapshot.Entry, pos int, clean, cursor, limitArg str
 		if err != nil {
 			return protocol.FsListResult{}, err
 		}
-		out.Entries = append(out.Entries, savedFileInfo(c))
+		out.Entries = append(out.Entries, FileInfo(c))
 	}
 	return out, nil
+}
+
+// rootEntry stands for the workspace root, which an archive does not hold as an entry.
+func rootEntry(snap *api.Snapshot) snapshot.Entry {
+	return snapshot.Entry{Path: ".", Type: snapshot.TypeDir, Mode: 0o755, MTime: snap.CreatedAt.UTC()}
+}
+
+// FileInfo describes an archived entry as the runner describes a live one.
+func FileInfo(e snapshot.Entry) protocol.FileInfo {
+	fi := protocol.FileInfo{Path: e.Path, Name: path.Base(e.Path), Mode: e.Mode & 0o777, Size: e.Size, MTime: e.MTime}
+	switch e.Type {
+	case snapshot.TypeFile:
+		fi.Type = protocol.FileRegular
+	case snapshot.TypeDir:
+		fi.Type, fi.Size = protocol.FileDir, 0
+	case snapshot.TypeSymlink:
+		// A link's size is its target's length, as lstat(2) says.
+		fi.Type, fi.LinkTarget, fi.Size = protocol.FileSymlink, e.LinkTarget, int64(len(e.LinkTarget))
+	default:
+		fi.Type = protocol.FileOther
+	}
+	return fi
 }

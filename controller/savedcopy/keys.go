@@ -1,21 +1,19 @@
-package controller
+package savedcopy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"strings"
-	"time"
 
 	"filippo.io/age"
 	"github.com/tetherhq/tether/protocol"
 )
 
-// loadIdentity reads the age identity snapshots are encrypted to, generating it (0600) on first
+// LoadIdentity reads the age identity snapshots are encrypted to, generating it (0600) on first
 // use. Losing this file loses every encrypted snapshot: it belongs in the operator's backups.
-func loadIdentity(path string) (*age.X25519Identity, error) {
+func LoadIdentity(path string) (*age.X25519Identity, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		id, err := age.GenerateX25519Identity()
@@ -51,7 +49,9 @@ func loadIdentity(path string) (*age.X25519Identity, error) {
 	return nil, fmt.Errorf("%s holds no X25519 identity", path)
 }
 
-func encryptionFor(setting, blobsURL string) (bool, error) {
+// EncryptionFor says whether snapshots are encrypted, from the --encrypt-snapshots setting
+// ("auto": when the blob store is S3) and the blob store's URL.
+func EncryptionFor(setting, blobsURL string) (bool, error) {
 	switch setting {
 	case "", "auto":
 		return strings.HasPrefix(blobsURL, "s3://"), nil
@@ -61,32 +61,4 @@ func encryptionFor(setting, blobsURL string) (bool, error) {
 		return false, nil
 	}
 	return false, protocol.Errorf(protocol.CodeInvalidArgument, "--encrypt-snapshots %q: want auto, true or false", setting)
-}
-
-// sweepBlobs removes what failed captures left: temporaries, and snapshot objects no receipt
-// names. Both must be older than the grace, since another controller sharing the store may be
-// about to write the receipt of a fresh one.
-func (s *Server) sweepBlobs(ctx context.Context) error {
-	grace := s.cfg.SweepGrace
-	if _, err := s.blobs.SweepTemporaries(ctx, grace); err != nil {
-		return err
-	}
-	keep, err := s.store.SnapshotObjectKeys(ctx)
-	if err != nil {
-		return err
-	}
-	objs, err := s.blobs.List(ctx, "snapshots/")
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		if keep[o.Key] || time.Since(o.ModTime) < grace {
-			continue
-		}
-		if err := s.blobs.Delete(ctx, o.Key); err != nil {
-			return err
-		}
-		s.log.Info("swept snapshot object without a receipt", "key", o.Key)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package controller
+package hub
 
 import (
 	"context"
@@ -8,29 +8,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
-	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
 )
 
-// trailerWait bounds how long the controller waits for a runner's answer once everything was
+// TrailerWait bounds how long the controller waits for a runner's answer once everything was
 // sent (a large write's final fsync, a recursive remove).
-const trailerWait = 10 * time.Minute
+const TrailerWait = 10 * time.Minute
 
-// runnerFor finds the connected runner of a ready workspace.
-func (s *Server) runnerFor(ctx context.Context, idOrName string) (*hub.Conn, error) {
-	ws, err := s.liveConn(ctx, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	c, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
-	}
-	return c, nil
-}
-
-// call runs an operation without a body and decodes its result into out.
-func call(ctx context.Context, c *hub.Conn, op string, epoch uint64, args, out any) error {
+// Call runs an operation without a body and decodes its result into out.
+func (c *Conn) Call(ctx context.Context, op string, epoch uint64, args, out any) error {
 	st, err := c.Open(op, "", epoch, args)
 	if err != nil {
 		return err
@@ -38,15 +24,17 @@ func call(ctx context.Context, c *hub.Conn, op string, epoch uint64, args, out a
 	defer st.Close()
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
-	_ = st.SetReadDeadline(time.Now().Add(trailerWait))
-	tr, err := readTrailer(st)
+	_ = st.SetReadDeadline(time.Now().Add(TrailerWait))
+	tr, err := ReadTrailer(st)
 	if err != nil {
 		return err
 	}
-	return decodeResult(tr, out)
+	return DecodeResult(tr, out)
 }
 
-func readTrailer(st *yamux.Stream) (protocol.Trailer, error) {
+// ReadTrailer reads an operation's trailer, the runner's answer; failing to read one is
+// CodeUnavailable.
+func ReadTrailer(st *yamux.Stream) (protocol.Trailer, error) {
 	var tr protocol.Trailer
 	if err := protocol.ReadJSON(st, &tr); err != nil {
 		return tr, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err)
@@ -54,7 +42,8 @@ func readTrailer(st *yamux.Stream) (protocol.Trailer, error) {
 	return tr, nil
 }
 
-func decodeResult(tr protocol.Trailer, out any) error {
+// DecodeResult returns the trailer's error, or decodes its result into out (when both are set).
+func DecodeResult(tr protocol.Trailer, out any) error {
 	if err := tr.Err(); err != nil {
 		return err
 	}
@@ -67,10 +56,10 @@ func decodeResult(tr protocol.Trailer, out any) error {
 	return nil
 }
 
-// callWithBody runs an operation whose body is src and decodes its result into out. The runner
+// CallWithBody runs an operation whose body is src and decodes its result into out. The runner
 // may answer before the body is complete (it refused the operation); then sending stops at once
 // instead of pushing the rest of a large upload at a peer that no longer reads.
-func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, args any, src io.Reader, out any) error {
+func (c *Conn) CallWithBody(ctx context.Context, op string, epoch uint64, args any, src io.Reader, out any) error {
 	st, err := c.Open(op, "", epoch, args)
 	if err != nil {
 		return err
@@ -85,7 +74,7 @@ func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, arg
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		tr, err := readTrailer(st)
+		tr, err := ReadTrailer(st)
 		answered <- answer{tr, err}
 	}()
 	sent := make(chan error, 1)
@@ -111,9 +100,9 @@ func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, arg
 		if a.err != nil {
 			return a.err
 		}
-		return decodeResult(a.tr, out)
+		return DecodeResult(a.tr, out)
 	case err := <-sent:
-		timer := time.NewTimer(trailerWait)
+		timer := time.NewTimer(TrailerWait)
 		defer timer.Stop()
 		select {
 		case a := <-answered:
@@ -130,9 +119,9 @@ func callWithBody(ctx context.Context, c *hub.Conn, op string, epoch uint64, arg
 			if a.err != nil {
 				return a.err
 			}
-			return decodeResult(a.tr, out)
+			return DecodeResult(a.tr, out)
 		case <-timer.C:
-			return protocol.Errorf(protocol.CodeTimeout, "runner did not answer within %s", trailerWait)
+			return protocol.Errorf(protocol.CodeTimeout, "runner did not answer within %s", TrailerWait)
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w", op, ctx.Err())
 		}

@@ -1,8 +1,7 @@
-package controller
+package project
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +11,46 @@ import (
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/protocol"
 )
+
+// Store is what projects need of the state store.
+type Store interface {
+	// CreateProject records a project (CodeExists when its name is taken).
+	CreateProject(ctx context.Context, p api.Project) error
+	// GetProject finds a project by id or name.
+	GetProject(ctx context.Context, idOrName string) (api.Project, error)
+	// ProjectWorkspaces lists a project's workspaces (not deleted ones), oldest first.
+	ProjectWorkspaces(ctx context.Context, projectID string) ([]api.Workspace, error)
+	// OpenWorkspaceFor finds the project's newest workspace on branch that is not deleted or
+	// failed (ok false when there is none).
+	OpenWorkspaceFor(ctx context.Context, projectID, branch string) (w api.Workspace, ok bool, err error)
+}
+
+// Config is what Projects works with.
+type Config struct {
+	Store   Store
+	DataDir string // base clones live in DATA/projects/<id>/base.git
+	// GitBinary is the git run on base clones (default "git" on PATH).
+	GitBinary string
+	// NewID, CheckName and ExpectKind are the controller's rules for ids and names.
+	NewID      func(prefix string) string
+	CheckName  func(kind, name, id string) error
+	ExpectKind func(value, want string) error
+}
+
+// Projects keeps the controller's projects and their base clones.
+type Projects struct {
+	cfg   Config
+	store Store
+	locks projectLocks
+}
+
+// New returns the projects of cfg.Store, with base clones under cfg.DataDir.
+func New(cfg Config) *Projects {
+	if cfg.GitBinary == "" {
+		cfg.GitBinary = "git"
+	}
+	return &Projects{cfg: cfg, store: cfg.Store}
+}
 
 // projectLocks serializes what touches one project's base clone or picks its shared workspace:
 // clone, fetch, pack, and the find-or-create of a shared branch's workspace.
@@ -31,21 +70,21 @@ func checkBranch(b *string) error {
 	return gitsource.CheckBranch(*b)
 }
 
-func (s *Server) gitBinary() string { return firstNonEmpty(s.cfg.GitBinary, "git") }
+func (s *Projects) gitBinary() string { return s.cfg.GitBinary }
 
-func (s *Server) baseClonePath(projectID string) string {
+func (s *Projects) baseClonePath(projectID string) string {
 	return filepath.Join(s.cfg.DataDir, "projects", projectID, "base.git")
 }
 
 // baseRepo opens the project's base clone, cloning it again if a sweep removed it. The caller
 // holds the project's lock.
-func (s *Server) baseRepo(ctx context.Context, p api.Project) (*gitsource.Repo, error) {
+func (s *Projects) baseRepo(ctx context.Context, p api.Project) (*gitsource.Repo, error) {
 	return gitsource.Ensure(ctx, s.gitBinary(), p.Source, s.baseClonePath(p.ID))
 }
 
-// fetchBase brings the base clone's base ref up to the source's and returns its commit.
-func (s *Server) fetchBase(ctx context.Context, p api.Project) (*gitsource.Repo, string, error) {
-	unlock := s.projectLocks.lock(p.ID)
+// FetchBase brings the base clone's base ref up to the source's and returns its commit.
+func (s *Projects) FetchBase(ctx context.Context, p api.Project) (*gitsource.Repo, string, error) {
+	unlock := s.locks.lock(p.ID)
 	defer unlock()
 	repo, err := s.baseRepo(ctx, p)
 	if err != nil {
@@ -78,23 +117,9 @@ func validMode(m string) bool {
 	return m == api.ModeIsolated || m == api.ModeShared || m == api.ModeOperatorBranch
 }
 
-func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request) {
-	var req api.CreateProjectRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	p, err := s.CreateProject(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, p)
-}
-
-// CreateProject records a project once its source was cloned into the managed base clone and
+// Create records a project once its source was cloned into the managed base clone and
 // its base ref found there: a project that cannot be checked out is never recorded.
-func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest) (api.Project, error) {
+func (s *Projects) Create(ctx context.Context, req api.CreateProjectRequest) (api.Project, error) {
 	src, err := normalizeSource(req.Source)
 	if err != nil {
 		return api.Project{}, err
@@ -105,11 +130,11 @@ func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest
 	if !validMode(req.Mode) {
 		return api.Project{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %q: want isolated, shared or operator-branch", req.Mode)
 	}
-	id := newID("prj_")
+	id := s.cfg.NewID("prj_")
 	if req.Name == "" {
 		req.Name = strings.TrimSuffix(filepath.Base(strings.TrimRight(src, "/")), ".git")
 	}
-	if err := checkName("project", req.Name, id); err != nil {
+	if err := s.cfg.CheckName("project", req.Name, id); err != nil {
 		return api.Project{}, err
 	}
 	for _, c := range append(append([]string{}, req.Provision...), req.Teardown...) {
@@ -127,7 +152,7 @@ func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest
 	}
 	p := api.Project{ID: id, Name: req.Name, Source: src, BaseRef: req.BaseRef, Mode: req.Mode,
 		Provision: req.Provision, Teardown: req.Teardown, CreatedAt: time.Now().UTC()}
-	unlock := s.projectLocks.lock(id)
+	unlock := s.locks.lock(id)
 	defer unlock()
 	repo, err := s.baseRepo(ctx, p)
 	if err != nil {
@@ -154,27 +179,10 @@ func (s *Server) CreateProject(ctx context.Context, req api.CreateProjectRequest
 	return p, nil
 }
 
-func (s *Server) project(ctx context.Context, idOrName string) (api.Project, error) {
-	if err := expectKind(idOrName, "prj_"); err != nil {
+// Get finds a project by id or name.
+func (s *Projects) Get(ctx context.Context, idOrName string) (api.Project, error) {
+	if err := s.cfg.ExpectKind(idOrName, "prj_"); err != nil {
 		return api.Project{}, err
 	}
 	return s.store.GetProject(ctx, idOrName)
-}
-
-func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request) {
-	list, err := s.store.ListProjects(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list)
-}
-
-func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) {
-	p, err := s.project(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, p)
 }

@@ -1,4 +1,4 @@
-package controller
+package savedcopy
 
 import (
 	"bytes"
@@ -51,22 +51,24 @@ func (r *sampledReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// savedIndexServer is a Server with just what saved-copy reads need, over a directory blob store.
-func savedIndexServer(t *testing.T, data string) (*Server, *countingBlobs) {
+// savedIndexes is the index cache a controller on data would have, over a directory blob store.
+func savedIndexes(t *testing.T, data string) (*Indexes, *countingBlobs) {
 	st, err := blob.OpenDir(filepath.Join(data, "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cb := &countingBlobs{Store: st}
-	return &Server{cfg: Config{DataDir: data}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), blobs: cb}, cb
+	var bg sync.WaitGroup
+	t.Cleanup(bg.Wait)
+	return NewIndexes(filepath.Join(data, "cache", "saved-index"), Archives{Blobs: cb}, slog.New(slog.NewTextHandler(io.Discard, nil)), &bg), cb
 }
 
 // storeSynthetic stores tree's archive through a pipe and returns its receipt (the summary's
 // digests left empty: the archive is never held whole).
-func storeSynthetic(t *testing.T, s *Server, tree snapshottest.Tree) *api.Snapshot {
+func storeSynthetic(t *testing.T, blobs blob.Store, tree snapshottest.Tree) *api.Snapshot {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(tree.Write(pw, nil)) }()
-	info, err := s.blobs.Put(context.Background(), "snapshots/synthetic", pr, "")
+	info, err := blobs.Put(context.Background(), "snapshots/synthetic", pr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,22 +77,22 @@ func storeSynthetic(t *testing.T, s *Server, tree snapshottest.Tree) *api.Snapsh
 }
 
 // pageThrough lists dir a page of limit at a time, returning the names in order and the pages.
-func pageThrough(t *testing.T, s *Server, snap *api.Snapshot, dir string, limit int) ([]string, int) {
+func pageThrough(t *testing.T, s *Indexes, snap *api.Snapshot, dir string, limit int) ([]string, int) {
 	var names []string
 	pages := 0
 	for cursor := ""; ; pages++ {
-		idx, err := s.savedIndexFor(context.Background(), snap)
+		idx, err := s.Open(context.Background(), snap)
 		if err != nil {
 			t.Error(err)
 			return nil, 0
 		}
-		e, pos, err := idx.lookup(snap, dir)
+		e, pos, err := idx.Lookup(snap, dir)
 		if err != nil {
 			idx.Close()
 			t.Error(err)
 			return nil, 0
 		}
-		page, err := idx.list(e, pos, dir, cursor, fmt.Sprint(limit))
+		page, err := idx.List(e, pos, dir, cursor, fmt.Sprint(limit))
 		idx.Close()
 		if err != nil {
 			t.Error(err)
@@ -123,7 +125,7 @@ func wantNames(t *testing.T, got []string, prefix string, n int) {
 // verifies the archive again before it serves from it.
 func TestSavedIndexLookups(t *testing.T) {
 	data := t.TempDir()
-	s, cb := savedIndexServer(t, data)
+	s, cb := savedIndexes(t, data)
 	tree := snapshottest.Tree{Dirs: 3, Files: 1200}
 	var arch bytes.Buffer
 	if err := tree.Write(&arch, nil); err != nil {
@@ -133,7 +135,7 @@ func TestSavedIndexLookups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.blobs.Put(context.Background(), "snapshots/small", bytes.NewReader(arch.Bytes()), "")
+	info, err := cb.Put(context.Background(), "snapshots/small", bytes.NewReader(arch.Bytes()), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestSavedIndexLookups(t *testing.T) {
 	roots, _ := pageThrough(t, s, snap, ".", 2)
 	wantNames(t, roots, "d", tree.Dirs)
 
-	idx, err := s.savedIndexFor(context.Background(), snap)
+	idx, err := s.Open(context.Background(), snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func TestSavedIndexLookups(t *testing.T) {
 	probes := map[string]protocol.Code{"d0002/f1199": "", "d0000": "", "d0002/f1200": protocol.CodeNotFound,
 		"nope": protocol.CodeNotFound, "d0001/f0000/x": protocol.CodeNotDirectory, "d0000/f0000": ""}
 	for p, code := range probes {
-		e, pos, err := idx.lookup(snap, p)
+		e, pos, err := idx.Lookup(snap, p)
 		if protocol.CodeOf(err) != code && (code != "" || err != nil) {
 			t.Fatalf("lookup %s: %v, want %q", p, err, code)
 		}
@@ -169,7 +171,7 @@ func TestSavedIndexLookups(t *testing.T) {
 			t.Fatalf("lookup %s: %+v at %d", p, e, pos)
 		}
 	}
-	if e, _, _ := idx.lookup(snap, "d0000/f0000"); e.Size == 0 || e.SHA256 == "" {
+	if e, _, _ := idx.Lookup(snap, "d0000/f0000"); e.Size == 0 || e.SHA256 == "" {
 		t.Fatalf("a file's entry: %+v", e)
 	}
 	if n := cb.gets.Load(); n != 1 {
@@ -177,8 +179,8 @@ func TestSavedIndexLookups(t *testing.T) {
 	}
 
 	// A new controller on the same data dir does not trust what the last one indexed.
-	s2, cb2 := savedIndexServer(t, data)
-	if _, err := s2.savedIndexFor(context.Background(), snap); err != nil {
+	s2, cb2 := savedIndexes(t, data)
+	if _, err := s2.Open(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	if n := cb2.gets.Load(); n != 1 {
@@ -187,10 +189,10 @@ func TestSavedIndexLookups(t *testing.T) {
 	// A receipt the archive does not match gets no index.
 	bad := *snap
 	bad.ID, bad.Summary.Tree = "snap_bad", "00"
-	if _, err := s2.savedIndexFor(context.Background(), &bad); protocol.CodeOf(err) != protocol.CodeCorrupt {
+	if _, err := s2.Open(context.Background(), &bad); protocol.CodeOf(err) != protocol.CodeCorrupt {
 		t.Fatalf("a receipt the archive does not match: %v", err)
 	}
-	left, _ := filepath.Glob(filepath.Join(s2.savedIndexDir(), "*"))
+	left, _ := filepath.Glob(filepath.Join(s2.Dir(), "*"))
 	if len(left) != 1 {
 		t.Fatalf("index files: %v", left)
 	}
@@ -205,9 +207,9 @@ func TestSavedIndexLargeSnapshot(t *testing.T) {
 		t.Skip("stores and indexes 300,300 entries")
 	}
 	const bound = 64 << 20
-	s, cb := savedIndexServer(t, t.TempDir())
+	s, cb := savedIndexes(t, t.TempDir())
 	tree := snapshottest.Tree{Dirs: 300, Files: 1000}
-	snap := storeSynthetic(t, s, tree)
+	snap := storeSynthetic(t, cb, tree)
 	runtime.GC()
 	var mu sync.Mutex
 	var peak uint64
@@ -221,7 +223,7 @@ func TestSavedIndexLargeSnapshot(t *testing.T) {
 	names, pages := pageThrough(t, s, snap, "d0299", 100)
 	wantNames(t, names, "f", tree.Files)
 	cb.sample()
-	st, err := os.Stat(filepath.Join(s.savedIndexDir(), snap.ID+"-"+snap.SHA256+".idx"))
+	st, err := os.Stat(filepath.Join(s.Dir(), snap.ID+"-"+snap.SHA256+".idx"))
 	if err != nil {
 		t.Fatal(err)
 	}
