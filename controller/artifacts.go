@@ -84,7 +84,7 @@ func (s *Server) PutArtifact(ctx context.Context, idOrName, name string, body io
 	if info.Size != n {
 		return api.Artifact{}, protocol.Errorf(protocol.CodeCorrupt, "stored %d bytes of an artifact of %d", info.Size, n)
 	}
-	a.CreatedAt = time.Now().UTC()
+	a.CreatedAt = s.now()
 	if err := s.store.CreateArtifact(context.WithoutCancel(ctx), a); err != nil {
 		return api.Artifact{}, err
 	}
@@ -118,7 +118,7 @@ func (s *Server) handleArtifactShow(w http.ResponseWriter, r *http.Request) {
 // aborted at its next revocation check.
 func (s *Server) handleArtifactRevoke(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	a, err := s.store.RevokeArtifact(r.Context(), id, time.Now().UTC())
+	a, err := s.store.RevokeArtifact(r.Context(), id, s.now())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -316,7 +316,7 @@ func (s *Server) artifactInstalled(c *hub.Conn, h protocol.Header) protocol.Trai
 	}
 	at := in.InstalledAt.UTC()
 	if at.IsZero() {
-		at = time.Now().UTC()
+		at = s.now()
 	}
 	argv := []string{"artifact-install", in.ArtifactID, in.Path, fmt.Sprintf("bytes=%d", in.Bytes), "sha256=" + in.SHA256, "untrusted"}
 	if in.Replayed {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
@@ -80,7 +79,7 @@ func (s *Server) runCommands(ctx context.Context, c *hub.Conn, ws api.Workspace,
 func (s *Server) runScript(ctx context.Context, c *hub.Conn, ws api.Workspace, kind, script string) (api.Run, error) {
 	args := protocol.ExecArgs{RunID: newID("run_"), Argv: []string{"sh", "-c", script}}
 	run := api.Run{ID: args.RunID, WorkspaceID: ws.ID, AllocationID: ws.AllocationID, Argv: args.Argv,
-		State: api.RunRunning, Epoch: ws.Epoch, StartedAt: time.Now().UTC(), Kind: kind}
+		State: api.RunRunning, Epoch: ws.Epoch, StartedAt: s.now(), Kind: kind}
 	if err := s.store.CreateRun(ctx, run); err != nil {
 		return run, err
 	}

@@ -62,7 +62,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	args.RunID = newID("run_")
 	run := api.Run{ID: args.RunID, WorkspaceID: ws.ID, AllocationID: ws.AllocationID, Argv: args.Argv,
-		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: time.Now().UTC()}
+		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: s.now()}
 	if err := s.store.CreateRun(r.Context(), run); err != nil {
 		fail(err)
 		return
@@ -77,7 +77,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		_ = s.store.FinishRun(s.ctx, run.ID, api.RunFailed, nil, 0, err.Error(), time.Now().UTC())
+		_ = s.store.FinishRun(s.ctx, run.ID, api.RunFailed, nil, 0, err.Error(), s.now())
 		fail(err)
 		return
 	}
@@ -163,7 +163,7 @@ func (s *Server) settleIfReconnected(old *hub.Conn, runID string) {
 	if !ok || cur == old || slices.ContainsFunc(cur.Hello.Runs, func(r protocol.RunStatus) bool { return r.RunID == runID }) {
 		return
 	}
-	if err := s.store.FinishRun(s.ctx, runID, api.RunLost, nil, 0, "the runner reconnected without this run", time.Now().UTC()); err != nil {
+	if err := s.store.FinishRun(s.ctx, runID, api.RunLost, nil, 0, "the runner reconnected without this run", s.now()); err != nil {
 		s.log.Error("settle run", "run", runID, "err", err)
 	}
 }

@@ -56,7 +56,7 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 	if err != nil {
 		return res, err
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	projects := map[string]bool{}
 	swept := map[string]bool{} // closed past the grace when the sweep began
 
@@ -164,7 +164,7 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 	if len(snaps) == 0 {
 		return 0, s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: nothing to reclaim")
 	}
-	now := s.cfg.Now().UTC()
+	now := s.now()
 	superseded := snaps[:len(snaps)-1]
 	for _, snap := range superseded {
 		if snap.ReclaimedAt == nil {

@@ -9,29 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
-
-// fakeClock is the gc sweep's clock in these tests.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // closedWorkspace records a workspace closed at at with n receipts, each a real archive of a
 // small tree stored in the blob store.
@@ -92,9 +79,8 @@ func findCandidate(res api.GCResult, id string) *api.GCCandidate {
 }
 
 func TestGCGraceDryRunAndReclaim(t *testing.T) {
-	tc := newTestController(t)
-	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	tc.s.cfg.Now = clock.Now
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock))
 	ctx := context.Background()
 	ws, snaps := tc.closedWorkspace(t, "old", clock.Now(), 3)
 	clock.Advance(time.Hour)
@@ -131,9 +117,8 @@ func TestGCGraceDryRunAndReclaim(t *testing.T) {
 }
 
 func TestGCKeeps(t *testing.T) {
-	tc := newTestController(t)
-	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	tc.s.cfg.Now = clock.Now
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock))
 	ctx := context.Background()
 	leased, _ := tc.closedWorkspace(t, "leased", clock.Now(), 2)
 	if _, err := tc.s.store.AcquireLease(ctx, leased.ID, "someone", time.Hour); err != nil {
@@ -168,9 +153,8 @@ func TestGCKeeps(t *testing.T) {
 // A sweep that stops half way (a crash) leaves the workspace reclaiming; a reopen finishes the
 // reclaim before it restores anything, and so would the next sweep.
 func TestGCInterruptedSweepIsFinishedByReopen(t *testing.T) {
-	tc := newTestController(t)
-	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	tc.s.cfg.Now = clock.Now
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock))
 	ctx := context.Background()
 	ws, snaps := tc.closedWorkspace(t, "crashy", clock.Now(), 2)
 	other, osnaps := tc.closedWorkspace(t, "crashy-too", clock.Now().Add(time.Minute), 2) // listed after crashy

@@ -117,7 +117,7 @@ func (s *Server) handleLeaseAcquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	deadline := time.Now().Add(min(wait, maxLeaseWait))
+	deadline := s.cfg.Clock.Now().Add(min(wait, maxLeaseWait))
 	for {
 		l, err := s.store.AcquireLease(r.Context(), ws.ID, req.Holder, ttl)
 		if err == nil {
@@ -125,12 +125,12 @@ func (s *Server) handleLeaseAcquire(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusCreated, l)
 			return
 		}
-		if protocol.CodeOf(err) != protocol.CodeLeaseHeld || time.Now().After(deadline) {
+		if protocol.CodeOf(err) != protocol.CodeLeaseHeld || s.cfg.Clock.Now().After(deadline) {
 			writeError(w, err)
 			return
 		}
 		select {
-		case <-time.After(leasePoll):
+		case <-s.cfg.Clock.After(leasePoll):
 		case <-r.Context().Done():
 			return
 		}

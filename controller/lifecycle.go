@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
@@ -208,7 +207,7 @@ func (s *Server) releaseAllocation(ctx context.Context, ws api.Workspace) error 
 	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
 	if err == nil {
 		for _, run := range running {
-			_ = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "killed when the workspace closed", time.Now().UTC())
+			_ = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "killed when the workspace closed", s.now())
 		}
 	}
 	return nil
@@ -275,7 +274,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 			return ws, err
 		}
 	}
-	now := time.Now().UTC()
+	now := s.now()
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: newID("al_"), WorkspaceID: ws.ID, Provider: req.Provider, State: store.AllocStarting,
 		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}

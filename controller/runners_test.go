@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
@@ -26,9 +27,13 @@ type testController struct {
 }
 
 // newTestController serves a controller on a temp data dir, without provider plugins.
-func newTestController(t *testing.T) *testController {
+func newTestController(t *testing.T, opts ...func(*Config)) *testController {
 	t.Helper()
-	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test"})
+	cfg := Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +56,11 @@ func newTestController(t *testing.T) *testController {
 		}
 	})
 	return &testController{s: s, url: ts.URL}
+}
+
+// withClock puts the controller, and its store, on clock.
+func withClock(clock clockwork.Clock) func(*Config) {
+	return func(c *Config) { c.Clock = clock }
 }
 
 type allocation struct {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
@@ -57,8 +58,9 @@ type Config struct {
 	// GCInterval runs a gc sweep that often with GCGrace (0: no periodic sweep).
 	GCInterval time.Duration
 	GCGrace    time.Duration
-	// Now is the clock gc measures grace with (default time.Now).
-	Now     func() time.Time
+	// Clock is the controller's time (the real clock when nil): record stamps, lease waits, gc
+	// grace, and the state store's lease expiry. Deadlines on connections stay on wall time.
+	Clock   clockwork.Clock
 	Logger  *slog.Logger
 	Version string
 	// HTTP bounds what a client may hold of the API server (zero fields take defaults).
@@ -109,8 +111,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DefaultProvider == "" {
 		cfg.DefaultProvider = "local"
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	cfg.HTTP = cfg.HTTP.withDefaults()
 	cfg.Runners = cfg.Runners.withDefaults()
@@ -133,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}
-	st, err := sqlstore.Open(ctx, cfg.StoreURL, cfg.DataDir)
+	st, err := sqlstore.Open(ctx, cfg.StoreURL, cfg.DataDir, sqlstore.WithClock(cfg.Clock))
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ctx: sctx, cancel: cancel,
 	}
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
-		NewID: newID, CheckName: checkName, ExpectKind: expectKind})
+		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
 	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, &s.bg)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
@@ -316,3 +318,6 @@ func firstNonEmpty(s ...string) string {
 	}
 	return ""
 }
+
+// now is the controller's clock in UTC, as every record stamps it.
+func (s *Server) now() time.Time { return s.cfg.Clock.Now().UTC() }

@@ -31,7 +31,7 @@ const (
 const endpointCheckTimeout = 10 * time.Second
 
 // serviceRecord turns what the runner reports into the controller's record of it.
-func serviceRecord(workspaceID string, st protocol.ServiceStatus) api.Service {
+func serviceRecord(workspaceID string, st protocol.ServiceStatus, now time.Time) api.Service {
 	at := func(t time.Time) *time.Time {
 		if t.IsZero() {
 			return nil
@@ -41,7 +41,7 @@ func serviceRecord(workspaceID string, st protocol.ServiceStatus) api.Service {
 	}
 	return api.Service{WorkspaceID: workspaceID, Name: st.Name, State: st.State, Reason: st.Reason, Port: st.Port,
 		Restarts: st.Restarts, PID: st.PID, StderrTail: st.StderrTail, LogEnd: st.LogEnd, Argv: st.Spec.Argv,
-		StartedAt: at(st.StartedAt), ReadyAt: at(st.ReadyAt), StoppedAt: at(st.StoppedAt), UpdatedAt: time.Now().UTC()}
+		StartedAt: at(st.StartedAt), ReadyAt: at(st.ReadyAt), StoppedAt: at(st.StoppedAt), UpdatedAt: now}
 }
 
 // recordService stores a service's status; a failure is logged, not reported: the runner's
@@ -77,7 +77,7 @@ func (s *Server) reconcileServices(ctx context.Context, workspaceID string, repo
 	}
 	seen := map[string]bool{}
 	for _, st := range reported {
-		v := serviceRecord(workspaceID, st)
+		v := serviceRecord(workspaceID, st, s.now())
 		prev, known := byName[st.Name]
 		if err := holdToAllotted(&v, prev, known); err != nil {
 			s.log.Warn("runner reported a service port it was not given", "workspace", workspaceID, "service", st.Name, "err", err)
@@ -95,7 +95,7 @@ func (s *Server) reconcileServices(ctx context.Context, workspaceID string, repo
 			continue
 		}
 		if v.State == protocol.ServiceStarting || v.State == protocol.ServiceReady || v.State == protocol.ServiceStopping {
-			v.State, v.Reason, v.UpdatedAt = protocol.ServiceFailed, "the runner no longer reports this service", time.Now().UTC()
+			v.State, v.Reason, v.UpdatedAt = protocol.ServiceFailed, "the runner no longer reports this service", s.now()
 			s.recordService(ctx, v)
 		}
 		out = append(out, v)
@@ -139,7 +139,7 @@ func (s *Server) handleServiceStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v := serviceRecord(ws.ID, st)
+	v := serviceRecord(ws.ID, st, s.now())
 	if err := holdToAllotted(&v, api.Service{Port: spec.Port}, true); err != nil {
 		s.recordService(r.Context(), v)
 		// Whatever the runner started is not this controller's service: it goes.
@@ -368,7 +368,7 @@ func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "service %s endpoint %s does not answer: %v", v.Name, ep.URL, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ServiceEndpoint{URL: ep.URL, Headers: ep.Headers, VerifiedAt: time.Now().UTC()})
+	writeJSON(w, http.StatusOK, api.ServiceEndpoint{URL: ep.URL, Headers: ep.Headers, VerifiedAt: s.now()})
 }
 
 func withPort(port int) string {
@@ -419,7 +419,7 @@ func (s *Server) handleServiceStop(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v := serviceRecord(ws.ID, st)
+	v := serviceRecord(ws.ID, st, s.now())
 	s.recordService(r.Context(), v)
 	writeJSON(w, http.StatusOK, v)
 }

@@ -123,7 +123,7 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	}
 	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
-	snap.CreatedAt = time.Now().UTC()
+	snap.CreatedAt = s.now()
 	if err := s.store.CreateSnapshot(context.WithoutCancel(ctx), snap); err != nil {
 		return discard(err)
 	}

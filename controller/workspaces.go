@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
@@ -78,7 +77,7 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	if err != nil {
 		return api.Workspace{}, err
 	}
-	now := time.Now().UTC()
+	now := s.now()
 	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateProvisioning,
 		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now}
 

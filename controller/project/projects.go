@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/protocol"
@@ -35,6 +35,8 @@ type Config struct {
 	NewID      func(prefix string) string
 	CheckName  func(kind, name, id string) error
 	ExpectKind func(value, want string) error
+	// Clock stamps records (the real clock when nil).
+	Clock clockwork.Clock
 }
 
 // Projects keeps the controller's projects and their base clones.
@@ -48,6 +50,9 @@ type Projects struct {
 func New(cfg Config) *Projects {
 	if cfg.GitBinary == "" {
 		cfg.GitBinary = "git"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Projects{cfg: cfg, store: cfg.Store}
 }
@@ -151,7 +156,7 @@ func (s *Projects) Create(ctx context.Context, req api.CreateProjectRequest) (ap
 		}
 	}
 	p := api.Project{ID: id, Name: req.Name, Source: src, BaseRef: req.BaseRef, Mode: req.Mode,
-		Provision: req.Provision, Teardown: req.Teardown, CreatedAt: time.Now().UTC()}
+		Provision: req.Provision, Teardown: req.Teardown, CreatedAt: s.cfg.Clock.Now().UTC()}
 	unlock := s.locks.lock(id)
 	defer unlock()
 	repo, err := s.baseRepo(ctx, p)
