@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
@@ -168,66 +166,4 @@ func (s *DB) OpenWorkspaceFor(ctx context.Context, projectID, branch string) (ap
 		return api.Workspace{}, false, err
 	}
 	return w, true, nil
-}
-
-// TransitionWorkspace moves the workspace from one of from to to, and records the event, in one
-// transaction. The row is read locked (PostgreSQL FOR UPDATE; SQLite's transactions hold the
-// write lock from their start) so the event names the state actually left, and the UPDATE is
-// guarded by the same condition, so of any number of racing transitions from one state exactly
-// one wins.
-func (s *DB) TransitionWorkspace(ctx context.Context, id string, from []string, to, reason, cause string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var cur string
-	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), id).Scan(&cur); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("workspace", id)
-		}
-		return err
-	}
-	conflict := func(state string) error {
-		want := strings.Join(from, " or ")
-		if want == "" {
-			want = "in any state it may leave"
-		}
-		return protocol.Errorf(protocol.CodeConflict, "workspace %s is %s, not %s", id, state, want)
-	}
-	if !slices.Contains(from, cur) {
-		return conflict(cur)
-	}
-	now := s.now()
-	args := []any{to, reason, now, id}
-	for _, f := range from {
-		args = append(args, f)
-	}
-	in := strings.TrimSuffix(strings.Repeat("?, ", len(from)), ", ")
-	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state IN (`+in+`)`), args...)
-	if err != nil {
-		return fmt.Errorf("transition workspace: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n != 1 {
-		return conflict(cur) // not reached while the row is locked; the guard makes it safe anyway
-	}
-	if err := s.addEvent(ctx, tx, id, cur, to, cause, now); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// SetWorkspaceReclaimed records the time of the latest sweep that reclaimed the workspace. It is
-// not a change of the workspace's state: updated_at stays.
-func (s *DB) SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET reclaimed_at = ? WHERE id = ?`), at.UTC(), id)
-	return affected(res, err, "workspace", id)
-}
-
-// SetRunOutput records a run's kind and the tail of its output (see storableText).
-func (s *DB) SetRunOutput(ctx context.Context, id, kind, output string) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE runs SET kind = ?, output = ? WHERE id = ?`), kind, storableText(output), id)
-	return affected(res, err, "run", id)
 }

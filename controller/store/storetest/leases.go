@@ -99,38 +99,3 @@ func testLeaseRace(t *testing.T, s store.Store) {
 		}
 	}
 }
-
-func testEventsAndAllocations(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	w, a := create(t, s, "evented", base)
-	for _, st := range []string{api.StateReady, api.StateClosing, api.StateClosed} {
-		if err := s.UpdateWorkspace(ctx, w.ID, st, "", "to "+st); err != nil {
-			t.Fatal(err)
-		}
-	}
-	evs, err := s.ListEvents(ctx, w.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{api.StateProvisioning, api.StateReady, api.StateClosing, api.StateClosed}
-	if len(evs) != len(want) {
-		t.Fatalf("events: %+v", evs)
-	}
-	for i, e := range evs {
-		if e.To != want[i] || (i > 0 && (e.From != want[i-1] || e.Cause != "to "+want[i])) {
-			t.Fatalf("event %d: %+v", i, e)
-		}
-	}
-	b := a
-	b.ID, b.BootstrapHash = a.ID+"-2", a.BootstrapHash+"-2"
-	if err := s.AddAllocation(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.GetWorkspace(ctx, w.ID)
-	if err != nil || got.AllocationID != b.ID {
-		t.Fatalf("current allocation after AddAllocation: %+v, %v", got, err)
-	}
-	if _, err := s.GetAllocation(ctx, a.ID); err != nil {
-		t.Fatalf("the earlier allocation is gone: %v", err)
-	}
-}
