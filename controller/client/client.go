@@ -1,4 +1,3 @@
-// Package client is the Go client of the controller's REST API; the CLI is built on it.
 package client
 
 import (
