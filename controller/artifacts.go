@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -328,7 +329,7 @@ func (s *Server) artifactInstalled(c *hub.Conn, h protocol.Header) protocol.Trai
 		return protocol.Trailer{Error: protocol.AsError(err)}
 	}
 	exit := 0
-	if err := s.store.FinishRun(s.ctx, run.ID, api.RunExited, &exit, 0, "", at); err != nil {
+	if err := s.store.FinishRun(s.ctx, store.RunFinish{ID: run.ID, State: api.RunExited, ExitCode: &exit, At: at}); err != nil {
 		return protocol.Trailer{Error: protocol.AsError(err)}
 	}
 	res, _ := json.Marshal(map[string]string{"run_id": run.ID})

@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -77,7 +78,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		_ = s.store.FinishRun(s.ctx, run.ID, api.RunFailed, nil, 0, err.Error(), s.now())
+		_ = s.store.FinishRun(s.ctx, store.RunFinish{ID: run.ID, State: api.RunFailed, Error: err.Error(), At: s.now()})
 		fail(err)
 		return
 	}
@@ -163,7 +164,7 @@ func (s *Server) settleIfReconnected(old *hub.Conn, runID string) {
 	if !ok || cur == old || slices.ContainsFunc(cur.Hello.Runs, func(r protocol.RunStatus) bool { return r.RunID == runID }) {
 		return
 	}
-	if err := s.store.FinishRun(s.ctx, runID, api.RunLost, nil, 0, "the runner reconnected without this run", s.now()); err != nil {
+	if err := s.store.FinishRun(s.ctx, store.RunFinish{ID: runID, State: api.RunLost, Error: "the runner reconnected without this run", At: s.now()}); err != nil {
 		s.log.Error("settle run", "run", runID, "err", err)
 	}
 }

@@ -121,7 +121,8 @@ func TestGCKeeps(t *testing.T) {
 	tc := newTestController(t, withClock(clock))
 	ctx := context.Background()
 	leased, _ := tc.closedWorkspace(t, "leased", clock.Now(), 2)
-	if _, err := tc.s.store.AcquireLease(ctx, leased.ID, "someone", time.Hour); err != nil {
+	// Held across the sweep, on the clock the store and the sweep share.
+	if _, err := tc.s.store.AcquireLease(ctx, leased.ID, "someone", 72*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	corrupt, csnaps := tc.closedWorkspace(t, "corrupt", clock.Now(), 2)
@@ -184,7 +185,9 @@ func TestGCInterruptedSweepIsFinishedByReopen(t *testing.T) {
 	if after.State != api.StateClosed || after.ReclaimedAt == nil || tc.objectExists(snaps[0].ObjectKey) || !tc.objectExists(snaps[1].ObjectKey) {
 		t.Fatalf("reopen did not finish the reclaim first: %+v", after)
 	}
-	// The other workspace the interrupted sweep never reached is reclaimed by the next sweep.
+	// The other workspace the interrupted sweep never reached is reclaimed by the next sweep,
+	// once the reopen's own change (stamped on the same clock) is past the grace too.
+	clock.Advance(2 * time.Hour)
 	res, err := tc.s.GC(ctx, time.Hour, false)
 	if cand := findCandidate(res, other.ID); err != nil || cand == nil || !cand.Reclaimed || tc.objectExists(osnaps[0].ObjectKey) {
 		t.Fatalf("the next sweep: %+v %v", res, err)

@@ -207,7 +207,7 @@ func (s *Server) releaseAllocation(ctx context.Context, ws api.Workspace) error 
 	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
 	if err == nil {
 		for _, run := range running {
-			_ = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "killed when the workspace closed", s.now())
+			_ = s.store.FinishRun(ctx, store.RunFinish{ID: run.ID, State: api.RunLost, Error: "killed when the workspace closed", At: s.now()})
 		}
 	}
 	return nil

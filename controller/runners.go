@@ -265,7 +265,7 @@ func (s *Server) reconcileRuns(ctx context.Context, allocationID string, reporte
 		st, ok := byID[run.ID]
 		switch {
 		case !ok:
-			err = s.store.FinishRun(ctx, run.ID, api.RunLost, nil, 0, "the runner no longer knows this run", s.now())
+			err = s.store.FinishRun(ctx, store.RunFinish{ID: run.ID, State: api.RunLost, Error: "the runner no longer knows this run", At: s.now()})
 		case st.Finished:
 			err = s.finishRun(ctx, run.ID, st.Exit)
 		default:
@@ -291,7 +291,7 @@ func (s *Server) finishRun(ctx context.Context, runID string, exit protocol.Exec
 	case exit.Signal == 0:
 		state = api.RunFailed
 	}
-	if err := s.store.FinishRun(ctx, runID, state, code, exit.Signal, msg, s.now()); err != nil {
+	if err := s.store.FinishRun(ctx, store.RunFinish{ID: runID, State: state, ExitCode: code, Signal: exit.Signal, Error: msg, At: s.now()}); err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
 	}
 	return nil

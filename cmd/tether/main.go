@@ -1,4 +1,3 @@
-// Command tether is Tether's controller (`tether serve`) and its operator CLI.
 package main
 
 import (

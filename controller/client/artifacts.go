@@ -16,21 +16,22 @@ func (c *Client) PutArtifact(ctx context.Context, workspace, name string, r io.R
 	if name != "" {
 		q.Set("name", name)
 	}
-	return a, c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(workspace)+"/artifacts", q, r, "application/octet-stream", &a)
+	return a, c.do(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(workspace) + "/artifacts",
+		query: q, body: r, contentType: "application/octet-stream"}, &a)
 }
 
 func (c *Client) ListArtifacts(ctx context.Context, workspace string) ([]api.Artifact, error) {
 	var out []api.Artifact
-	return out, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspace)+"/artifacts", nil, nil, "", &out)
+	return out, c.get(ctx, "/v1/workspaces/"+url.PathEscape(workspace)+"/artifacts", nil, &out)
 }
 
 func (c *Client) GetArtifact(ctx context.Context, id string) (api.Artifact, error) {
 	var a api.Artifact
-	return a, c.do(ctx, http.MethodGet, "/v1/artifacts/"+url.PathEscape(id), nil, nil, "", &a)
+	return a, c.get(ctx, "/v1/artifacts/"+url.PathEscape(id), nil, &a)
 }
 
 // RevokeArtifact revokes an artifact at once and returns its record.
 func (c *Client) RevokeArtifact(ctx context.Context, id string) (api.Artifact, error) {
 	var a api.Artifact
-	return a, c.do(ctx, http.MethodPost, "/v1/artifacts/"+url.PathEscape(id)+"/revoke", nil, nil, "", &a)
+	return a, c.do(ctx, request{method: http.MethodPost, path: "/v1/artifacts/" + url.PathEscape(id) + "/revoke"}, &a)
 }

@@ -1,4 +1,3 @@
-// Package client is the Go client of the controller's REST API; the CLI is built on it.
 package client
 
 import (
@@ -66,16 +65,49 @@ func (c *Client) url(escapedPath string, q url.Values) string {
 	return s
 }
 
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), body)
+// request is one call of the controller's REST API.
+type request struct {
+	method      string
+	path        string     // already escaped
+	query       url.Values // nil for none
+	body        io.Reader  // nil for none
+	contentType string     // the body's; "" sets no Content-Type
+}
+
+// newRequest makes r an HTTP request that carries the client's credentials (and epoch).
+func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, r.method, c.url(r.path, r.query), r.body)
+	if err != nil {
+		return nil, err
+	}
+	c.authorize(req)
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	return req, nil
+}
+
+// do performs r and decodes a JSON answer into out (when not nil), or the typed error.
+func (c *Client) do(ctx context.Context, r request, out any) error {
+	req, err := c.newRequest(ctx, r)
 	if err != nil {
 		return err
 	}
-	c.authorize(req)
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
 	return c.send(ctx, req, out)
+}
+
+// get performs a GET of path with the query q (nil for none), like do.
+func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
+	return c.do(ctx, request{method: http.MethodGet, path: path, query: q}, out)
+}
+
+// sendJSON performs method on path with in, encoded as JSON, as the body, like do.
+func (c *Client) sendJSON(ctx context.Context, method, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, request{method: method, path: path, body: bytes.NewReader(b), contentType: "application/json"}, out)
 }
 
 // send performs req and decodes a JSON answer into out (when not nil), or the typed error.
@@ -118,22 +150,10 @@ func decodeError(resp *http.Response) error {
 	return protocol.Errorf(protocol.CodeInternal, "controller answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 }
 
-func jsonBody(v any) (io.Reader, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return bytes.NewReader(b), nil
-}
-
 // CreateWorkspace creates a workspace and waits until it is ready or failed.
 func (c *Client) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceRequest) (api.Workspace, error) {
 	var ws api.Workspace
-	body, err := jsonBody(req)
-	if err != nil {
-		return ws, err
-	}
-	return ws, c.do(ctx, http.MethodPost, "/v1/workspaces", nil, body, "application/json", &ws)
+	return ws, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces", req, &ws)
 }
 
 func (c *Client) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error) {
@@ -142,17 +162,17 @@ func (c *Client) ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace,
 	if all {
 		q.Set("all", "true")
 	}
-	return out, c.do(ctx, http.MethodGet, "/v1/workspaces", q, nil, "", &out)
+	return out, c.get(ctx, "/v1/workspaces", q, &out)
 }
 
 func (c *Client) GetWorkspace(ctx context.Context, id string) (api.Workspace, error) {
 	var ws api.Workspace
-	return ws, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id), nil, nil, "", &ws)
+	return ws, c.get(ctx, "/v1/workspaces/"+url.PathEscape(id), nil, &ws)
 }
 
 func (c *Client) DeleteWorkspace(ctx context.Context, id string) (api.Workspace, error) {
 	var ws api.Workspace
-	return ws, c.do(ctx, http.MethodDelete, "/v1/workspaces/"+url.PathEscape(id), nil, nil, "", &ws)
+	return ws, c.do(ctx, request{method: http.MethodDelete, path: "/v1/workspaces/" + url.PathEscape(id)}, &ws)
 }
 
 // ImportTree streams a tar (optionally zstd-compressed) into dir of the workspace.
@@ -162,50 +182,39 @@ func (c *Client) ImportTree(ctx context.Context, id, dir string, tarStream io.Re
 	if dir != "" {
 		q.Set("dir", dir)
 	}
-	return res, c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(id)+"/tree", q, tarStream, "application/x-tar", &res)
+	return res, c.do(ctx, request{method: http.MethodPut, path: "/v1/workspaces/" + url.PathEscape(id) + "/tree",
+		query: q, body: tarStream, contentType: "application/x-tar"}, &res)
 }
 
 func (c *Client) ListRuns(ctx context.Context, id string) ([]api.Run, error) {
 	var out []api.Run
-	return out, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id)+"/runs", nil, nil, "", &out)
+	return out, c.get(ctx, "/v1/workspaces/"+url.PathEscape(id)+"/runs", nil, &out)
 }
 
 // CloseWorkspace closes (or, with req.Check, only checks) a workspace.
 func (c *Client) CloseWorkspace(ctx context.Context, id string, req api.CloseRequest, out any) error {
-	body, err := jsonBody(req)
-	if err != nil {
-		return err
-	}
-	return c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/close", nil, body, "application/json", out)
+	return c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/close", req, out)
 }
 
 // ReopenWorkspace restores a closed workspace onto a new allocation.
 func (c *Client) ReopenWorkspace(ctx context.Context, id string, req api.ReopenRequest) (api.Workspace, error) {
 	var ws api.Workspace
-	body, err := jsonBody(req)
-	if err != nil {
-		return ws, err
-	}
-	return ws, c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/reopen", nil, body, "application/json", &ws)
+	return ws, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/reopen", req, &ws)
 }
 
 func (c *Client) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
 	var out []api.Event
-	return out, c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id)+"/events", nil, nil, "", &out)
+	return out, c.get(ctx, "/v1/workspaces/"+url.PathEscape(id)+"/events", nil, &out)
 }
 
 func (c *Client) GetRun(ctx context.Context, id string) (api.Run, error) {
 	var r api.Run
-	return r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, "", &r)
+	return r, c.get(ctx, "/v1/runs/"+url.PathEscape(id), nil, &r)
 }
 
 // ExportFiles copies the workspace's files through its provider into dest on the controller's
 // host.
 func (c *Client) ExportFiles(ctx context.Context, id string, req api.ExportRequest) (api.ExportResult, error) {
 	var res api.ExportResult
-	body, err := jsonBody(req)
-	if err != nil {
-		return res, err
-	}
-	return res, c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/export", nil, body, "application/json", &res)
+	return res, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/export", req, &res)
 }

@@ -58,13 +58,13 @@ func (c *Client) ListFiles(ctx context.Context, id, dir, cursor string, limit in
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	return page, c.do(ctx, http.MethodGet, filesPath(id, dir), q, nil, "", &page)
+	return page, c.get(ctx, filesPath(id, dir), q, &page)
 }
 
 // StatFile describes one path without following a symlink, saying where it was read from.
 func (c *Client) StatFile(ctx context.Context, id, p string) (protocol.FileInfo, error) {
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, http.MethodGet, filesPath(id, p), url.Values{"stat": {""}}, nil, "", &fi)
+	return fi, c.get(ctx, filesPath(id, p), url.Values{"stat": {""}}, &fi)
 }
 
 // ReadOptions select part of a file; the zero value reads all of it.
@@ -90,11 +90,10 @@ type ReadResult struct {
 // and SHA-256 must match what the controller sent (the runner's, or the saved copy's manifest),
 // else the read fails.
 func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o ReadOptions) (ReadResult, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(filesPath(id, p), nil), nil)
+	req, err := c.newRequest(ctx, request{method: http.MethodGet, path: filesPath(id, p)})
 	if err != nil {
 		return ReadResult{}, err
 	}
-	c.authorize(req)
 	ranged := o.Offset > 0 || o.Length > 0
 	if ranged {
 		end := ""
@@ -184,12 +183,11 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	if o.Progress != nil {
 		r = progressReader{r, o.Progress}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.url(filesPath(id, p), q), r)
+	req, err := c.newRequest(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: q,
+		body: r, contentType: "application/octet-stream"})
 	if err != nil {
 		return res, err
 	}
-	c.authorize(req)
-	req.Header.Set("Content-Type", "application/octet-stream")
 	if o.SHA256 != "" {
 		req.Header.Set(headerSHA256, o.SHA256)
 	}
@@ -209,7 +207,7 @@ func (c *Client) Mkdir(ctx context.Context, id, p string, parents bool, mode uin
 		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
 	}
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, http.MethodPost, filesPath(id, p), q, nil, "", &fi)
+	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q}, &fi)
 }
 
 // Remove removes a file, link or empty directory; recursive removes a directory tree without
@@ -219,7 +217,7 @@ func (c *Client) Remove(ctx context.Context, id, p string, recursive bool) error
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	return c.do(ctx, http.MethodDelete, filesPath(id, p), q, nil, "", nil)
+	return c.do(ctx, request{method: http.MethodDelete, path: filesPath(id, p), query: q}, nil)
 }
 
 // Rename moves from to to; an existing destination is an error unless replace.
@@ -229,12 +227,12 @@ func (c *Client) Rename(ctx context.Context, id, from, to string, replace bool) 
 		q.Set("replace", "true")
 	}
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, http.MethodPost, filesPath(id, from), q, nil, "", &fi)
+	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, from), query: q}, &fi)
 }
 
 // Chmod sets permission bits.
 func (c *Client) Chmod(ctx context.Context, id, p string, mode uint32) (protocol.FileInfo, error) {
 	q := url.Values{"op": {"chmod"}, "mode": {strconv.FormatUint(uint64(mode), 8)}}
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, http.MethodPost, filesPath(id, p), q, nil, "", &fi)
+	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q}, &fi)
 }

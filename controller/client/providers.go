@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/tetherhq/tether/controller/api"
 )
@@ -11,5 +10,5 @@ import (
 // config schemas.
 func (c *Client) ListProviders(ctx context.Context) ([]api.ProviderInfo, error) {
 	var out []api.ProviderInfo
-	return out, c.do(ctx, http.MethodGet, "/v1/providers", nil, nil, "", &out)
+	return out, c.get(ctx, "/v1/providers", nil, &out)
 }

@@ -30,29 +30,25 @@ func servicePath(workspace, name string) string {
 // comes back as the typed error carrying its reason and stderr tail.
 func (c *Client) StartService(ctx context.Context, workspace string, spec protocol.ServiceSpec) (api.Service, error) {
 	var v api.Service
-	body, err := jsonBody(spec)
-	if err != nil {
-		return v, err
-	}
-	return v, c.do(ctx, http.MethodPost, servicesPath(workspace), nil, body, "application/json", &v)
+	return v, c.sendJSON(ctx, http.MethodPost, servicesPath(workspace), spec, &v)
 }
 
 // ListServices lists a workspace's services: live when its runner is connected, else as recorded.
 func (c *Client) ListServices(ctx context.Context, workspace string) ([]api.Service, error) {
 	var out []api.Service
-	return out, c.do(ctx, http.MethodGet, servicesPath(workspace), nil, nil, "", &out)
+	return out, c.get(ctx, servicesPath(workspace), nil, &out)
 }
 
 // StopService stops a service and returns once its process group is gone and its port closed.
 func (c *Client) StopService(ctx context.Context, workspace, name string) (api.Service, error) {
 	var v api.Service
-	return v, c.do(ctx, http.MethodPost, servicePath(workspace, name)+"/stop", nil, nil, "", &v)
+	return v, c.do(ctx, request{method: http.MethodPost, path: servicePath(workspace, name) + "/stop"}, &v)
 }
 
 // ServiceEndpoint returns where the service answers, once the controller reached it.
 func (c *Client) ServiceEndpoint(ctx context.Context, workspace, name string) (api.ServiceEndpoint, error) {
 	var ep api.ServiceEndpoint
-	return ep, c.do(ctx, http.MethodGet, servicePath(workspace, name)+"/endpoint", nil, nil, "", &ep)
+	return ep, c.get(ctx, servicePath(workspace, name)+"/endpoint", nil, &ep)
 }
 
 // LogsResult says where a log read started and ended.
@@ -77,11 +73,10 @@ func (c *Client) ServiceLogs(ctx context.Context, workspace, name string, offset
 	if follow {
 		q.Set("follow", "true")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(servicePath(workspace, name)+"/logs", q), nil)
+	req, err := c.newRequest(ctx, request{method: http.MethodGet, path: servicePath(workspace, name) + "/logs", query: q})
 	if err != nil {
 		return res, err
 	}
-	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,4 +1,3 @@
-// Package store keeps the controller's durable records: workspaces, allocations and runs.
 package store
 
 import (
@@ -37,12 +36,32 @@ type Allocation struct {
 	UpdatedAt          time.Time
 }
 
-// Store is the controller's state. Every method is safe for concurrent use. Lookups of missing
-// records return a *protocol.Error with CodeNotFound.
+// Store is the controller's state: every role below, on one database. Every method is safe for
+// concurrent use. Lookups of missing records return a *protocol.Error with CodeNotFound.
 type Store interface {
-	// CreateWorkspace records a workspace and its first allocation (the controller creates it in
-	// wsstate.Initial; a state wsstate does not know is CodeInvalidArgument).
+	Workspaces
+	Events
+	Allocations
+	Sessions
+	Runs
+	Snapshots
+	Leases
+	Artifacts
+	Services
+	Projects
+
+	Close() error
+}
+
+// Workspaces keeps workspace records and their state. Every change of state is recorded as an
+// event (see Events).
+type Workspaces interface {
+	// CreateWorkspace records a workspace together with its first allocation, which becomes
+	// current (CodeExists when a live workspace has its name; CodeConflict when a project
+	// workspace's branch already has a live one). The controller creates it in wsstate.Initial;
+	// a state wsstate does not know is CodeInvalidArgument.
 	CreateWorkspace(ctx context.Context, w api.Workspace, a Allocation) error
+	// GetWorkspace finds a workspace by id, or by the name of a live one.
 	GetWorkspace(ctx context.Context, id string) (api.Workspace, error)
 	// ListWorkspaces lists workspaces oldest first, without deleted ones unless all.
 	ListWorkspaces(ctx context.Context, all bool) ([]api.Workspace, error)
@@ -51,13 +70,39 @@ type Store interface {
 	// sets the state ev leads to and reason, and records the event with its cause. From any other
 	// state it is CodeConflict naming the current state, and nothing changes.
 	TransitionWorkspace(ctx context.Context, id string, ev wsstate.Event, reason, cause string) error
+	// SetWorkspaceReclaimed records when a sweep reclaimed the workspace.
+	SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error
+}
+
+// Events is a workspace's history: the transitions Workspaces records, and what else happened
+// to it.
+type Events interface {
 	// ListEvents returns a workspace's transitions, oldest first.
 	ListEvents(ctx context.Context, workspaceID string) ([]api.Event, error)
+	// RecordEvent records something that happened to a workspace without changing its state (a
+	// refused runner connection, say): the event's from and to are both its current state.
+	RecordEvent(ctx context.Context, workspaceID, cause string) error
+}
+
+// Allocations keeps the sandboxes that serve workspaces: at most one current per workspace.
+type Allocations interface {
 	// AddAllocation records a new allocation for an existing workspace and makes it current.
 	AddAllocation(ctx context.Context, a Allocation) error
-
 	GetAllocation(ctx context.Context, id string) (Allocation, error)
+	// UpdateAllocation moves an allocation to state, and records its root and runner version
+	// when not empty. An allocation never leaves a final state (destroyed; failed, except to
+	// destroyed): that is CodeConflict.
 	UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error
+	// SetAllocationInfo records what the provider said of an allocation's sandbox (its network,
+	// limits, isolation), replacing what was recorded; AllocationInfo returns it (empty if none).
+	SetAllocationInfo(ctx context.Context, id string, info map[string]string) error
+	AllocationInfo(ctx context.Context, id string) (map[string]string, error)
+}
+
+// Sessions admits runners: an allocation's one-use bootstrap token and the session tokens that
+// replace it, stored as hashes. Both lookups and rotation refuse the runner of a destroyed or
+// failed allocation.
+type Sessions interface {
 	// BootstrapAllocation finds the allocation of a live bootstrap token that no confirmed
 	// session has replaced yet, without changing it (CodeUnauthorized / CodeRevoked otherwise).
 	BootstrapAllocation(ctx context.Context, h string) (Allocation, error)
@@ -76,22 +121,35 @@ type Store interface {
 	// runner said it holds it: the token it connected with stops working. It reports false when
 	// h is no longer the pending token.
 	ConfirmSession(ctx context.Context, allocationID, h string) (bool, error)
-	// RecordEvent records something that happened to a workspace without changing its state (a
-	// refused runner connection, say): the event's from and to are both its current state.
-	RecordEvent(ctx context.Context, workspaceID, cause string) error
+}
 
-	// SetAllocationInfo records what the provider said of an allocation's sandbox (its network,
-	// limits, isolation), replacing what was recorded; AllocationInfo returns it (empty if none).
-	SetAllocationInfo(ctx context.Context, id string, info map[string]string) error
-	AllocationInfo(ctx context.Context, id string) (map[string]string, error)
+// RunFinish is how a run ended, for Runs.FinishRun.
+type RunFinish struct {
+	ID       string
+	State    string // api.RunExited, api.RunFailed, api.RunLost, ...
+	ExitCode *int   // nil when the run has no exit code (it failed to start, was lost, ...)
+	Signal   int    // the signal that ended it, 0 if none
+	Error    string // why it failed or was lost, "" if it did not
+	At       time.Time
+}
 
+// Runs keeps the commands dispatched to workspaces and how they ended.
+type Runs interface {
 	CreateRun(ctx context.Context, r api.Run) error
-	FinishRun(ctx context.Context, id string, state string, exitCode *int, signal int, errMsg string, at time.Time) error
+	// FinishRun records how a run ended.
+	FinishRun(ctx context.Context, f RunFinish) error
 	GetRun(ctx context.Context, id string) (api.Run, error)
+	// ListRuns lists a workspace's runs, oldest first.
 	ListRuns(ctx context.Context, workspaceID string) ([]api.Run, error)
 	// RunningRuns lists the runs of an allocation still recorded as running.
 	RunningRuns(ctx context.Context, allocationID string) ([]api.Run, error)
+	// SetRunOutput keeps a run's kind and output tail.
+	SetRunOutput(ctx context.Context, id, kind, output string) error
+}
 
+// Snapshots keeps receipts: the record that a snapshot's object is stored and verified. No
+// receipt, no snapshot.
+type Snapshots interface {
 	// CreateSnapshot writes a receipt. Only call it once the object is stored and verified.
 	CreateSnapshot(ctx context.Context, s api.Snapshot) error
 	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
@@ -99,7 +157,13 @@ type Store interface {
 	ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error)
 	// SnapshotObjectKeys returns the object key of every receipt (the garbage sweep keeps these).
 	SnapshotObjectKeys(ctx context.Context) (map[string]bool, error)
+	// ReclaimSnapshot marks a receipt's object reclaimed (kept as history; SnapshotObjectKeys no
+	// longer lists its key). Marking an already reclaimed receipt keeps the first time.
+	ReclaimSnapshot(ctx context.Context, id string, at time.Time) error
+}
 
+// Leases keeps each workspace's writer lease and epoch, the fencing token that only grows.
+type Leases interface {
 	// AcquireLease grants the writer lease with a new epoch unless a live one is held
 	// (CodeLeaseHeld). Atomic under any concurrency.
 	AcquireLease(ctx context.Context, workspaceID, holder string, ttl time.Duration) (api.Lease, error)
@@ -111,7 +175,10 @@ type Store interface {
 	CurrentLease(ctx context.Context, workspaceID string) (api.Lease, bool, error)
 	// BumpEpoch raises the epoch and drops any lease: every earlier writer is fenced.
 	BumpEpoch(ctx context.Context, workspaceID string) (uint64, error)
+}
 
+// Artifacts keeps the records of bytes the controller saved for agents (always untrusted).
+type Artifacts interface {
 	// CreateArtifact records an artifact whose bytes are already stored under its object key.
 	CreateArtifact(ctx context.Context, a api.Artifact) error
 	GetArtifact(ctx context.Context, id string) (api.Artifact, error)
@@ -120,12 +187,20 @@ type Store interface {
 	// RevokeArtifact marks the artifact revoked at at (the first revocation's time stays) and
 	// returns the record.
 	RevokeArtifact(ctx context.Context, id string, at time.Time) (api.Artifact, error)
+}
 
+// Services keeps the last known status of each workspace's services, for when its runner is
+// not connected.
+type Services interface {
 	// PutService records a service's latest status (keyed by workspace and name).
 	PutService(ctx context.Context, svc api.Service) error
 	// ListServices lists a workspace's service records by name.
 	ListServices(ctx context.Context, workspaceID string) ([]api.Service, error)
+}
 
+// Projects keeps projects (a Git source workspaces check out branches of) and finds their
+// workspaces.
+type Projects interface {
 	// CreateProject records a project (CodeExists when its name is taken).
 	CreateProject(ctx context.Context, p api.Project) error
 	// GetProject finds a project by id or name.
@@ -137,14 +212,4 @@ type Store interface {
 	// OpenWorkspaceFor finds the project's newest workspace on branch that is not deleted or
 	// failed (ok false when there is none).
 	OpenWorkspaceFor(ctx context.Context, projectID, branch string) (w api.Workspace, ok bool, err error)
-
-	// SetWorkspaceReclaimed records when a sweep reclaimed the workspace.
-	SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error
-	// ReclaimSnapshot marks a receipt's object reclaimed (kept as history; SnapshotObjectKeys no
-	// longer lists its key). Marking an already reclaimed receipt keeps the first time.
-	ReclaimSnapshot(ctx context.Context, id string, at time.Time) error
-	// SetRunOutput keeps a run's kind and output tail.
-	SetRunOutput(ctx context.Context, id, kind, output string) error
-
-	Close() error
 }

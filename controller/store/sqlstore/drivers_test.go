@@ -213,7 +213,7 @@ func TestTimesUTC(t *testing.T) {
 		if err := s.CreateRun(ctx, run); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.FinishRun(ctx, run.ID, api.RunExited, nil, 0, "", at.Add(time.Minute)); err != nil {
+		if err := s.FinishRun(ctx, store.RunFinish{ID: run.ID, State: api.RunExited, At: at.Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		gw, err := s.GetWorkspace(ctx, w.ID)
@@ -309,7 +309,7 @@ func TestSurvivesReopen(t *testing.T) {
 		if err := db.CreateRun(ctx, run); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.FinishRun(ctx, run.ID, api.RunExited, &code, 0, "", at.Add(time.Second)); err != nil {
+		if err := db.FinishRun(ctx, store.RunFinish{ID: run.ID, State: api.RunExited, ExitCode: &code, At: at.Add(time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.Close(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
-	"github.com/tetherhq/tether/controller/store"
 )
 
 func init() {
@@ -52,23 +51,6 @@ func (s *DB) ListEvents(ctx context.Context, workspaceID string) ([]api.Event, e
 		out = append(out, e)
 	}
 	return out, rows.Err()
-}
-
-func (s *DB) AddAllocation(ctx context.Context, a store.Allocation) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO allocations (id, workspace_id, provider, state, root, bootstrap_hash, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
-		return fmt.Errorf("insert allocation: %w", err)
-	}
-	res, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET allocation_id = ?, provider = ?, updated_at = ? WHERE id = ?`), a.ID, a.Provider, s.now(), a.WorkspaceID)
-	if err := affected(res, err, "workspace", a.WorkspaceID); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 func (s *DB) RecordEvent(ctx context.Context, workspaceID, cause string) error {

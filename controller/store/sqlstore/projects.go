@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
@@ -167,17 +166,4 @@ func (s *DB) OpenWorkspaceFor(ctx context.Context, projectID, branch string) (ap
 		return api.Workspace{}, false, err
 	}
 	return w, true, nil
-}
-
-// SetWorkspaceReclaimed records the time of the latest sweep that reclaimed the workspace. It is
-// not a change of the workspace's state: updated_at stays.
-func (s *DB) SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET reclaimed_at = ? WHERE id = ?`), at.UTC(), id)
-	return affected(res, err, "workspace", id)
-}
-
-// SetRunOutput records a run's kind and the tail of its output (see storableText).
-func (s *DB) SetRunOutput(ctx context.Context, id, kind, output string) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE runs SET kind = ?, output = ? WHERE id = ?`), kind, storableText(output), id)
-	return affected(res, err, "run", id)
 }

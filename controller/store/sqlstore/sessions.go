@@ -77,3 +77,39 @@ func (s *DB) ConfirmSession(ctx context.Context, allocationID, h string) (bool, 
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
+
+func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`), h))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
+	}
+	if err != nil {
+		return a, err
+	}
+	// Used but never confirmed: the welcome that carried its session token may have been lost,
+	// so the bootstrap token still admits its runner (RotateSession decides).
+	if a.SessionHash != "" {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
+	}
+	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
+	}
+	return a, nil
+}
+
+func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocation, error) {
+	if h == "" {
+		return store.Allocation{}, protocol.Errorf(protocol.CodeUnauthorized, "empty session token")
+	}
+	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ? OR pending_session_hash = ?`), h, h))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
+	}
+	if err != nil {
+		return a, err
+	}
+	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
+	}
+	return a, nil
+}

@@ -6,9 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
-	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -229,27 +227,4 @@ func testAllocationBySession(t *testing.T, s store.Store) {
 			t.Fatalf("a failed allocation made %s: %v", state, err)
 		}
 	}
-}
-
-func testRecordEvent(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	w, _ := create(t, s, "eventful", base)
-	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.FinishProvision, "", "runner connected"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RecordEvent(ctx, w.ID, "second runner refused"); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.GetWorkspace(ctx, w.ID)
-	if err != nil || got.State != api.StateReady {
-		t.Fatalf("an event changed the workspace: %+v, %v", got, err)
-	}
-	evs, err := s.ListEvents(ctx, w.ID)
-	if err != nil || len(evs) != 3 {
-		t.Fatalf("events: %+v, %v", evs, err)
-	}
-	if e := evs[2]; e.From != api.StateReady || e.To != api.StateReady || e.Cause != "second runner refused" || e.At.IsZero() {
-		t.Fatalf("recorded event: %+v", e)
-	}
-	wantCode(t, "event of a missing workspace", s.RecordEvent(ctx, "ws_missing", "x"), protocol.CodeNotFound)
 }

@@ -1,0 +1,2 @@
+// Command tether is Tether's controller (`tether serve`) and its operator CLI.
+package main
