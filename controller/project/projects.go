@@ -35,6 +35,9 @@ type Config struct {
 	NewID      func(prefix string) string
 	CheckName  func(kind, name, id string) error
 	ExpectKind func(value, want string) error
+	// Go starts background work as a named routine of the owner (a checkout's pack writer),
+	// reporting false once the owner is shutting down. Nil: plain goroutines.
+	Go func(name string, fn func(ctx context.Context)) bool
 }
 
 // Projects keeps the controller's projects and their base clones.
