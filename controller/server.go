@@ -251,8 +251,9 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Serve accepts connections on l until ctx ends, then shuts down: the HTTP server, runner
-// connections, provider plugins and the store.
+// Serve accepts connections on l until ctx ends, then shuts down: the controller's routines
+// (the HTTP servers, runner connections' operations, exec bridges, provisioning, gc) are stopped
+// and waited for up to shutdownWait, then provider plugins and the store are closed.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if s.cfg.AdvertiseURL != "" {
 		s.advertise = s.cfg.AdvertiseURL
