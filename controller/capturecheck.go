@@ -44,7 +44,8 @@ var errStoreEnded = errors.New("the blob store stopped reading the capture")
 func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool) *captureCheck {
 	pr, pw := io.Pipe()
 	c := &captureCheck{pw: pw, done: make(chan checked, 1)}
-	go func() {
+	// The check ends on its own: with the archive's end, or when result closes its input.
+	started := s.routines.Go("capture check", func(context.Context) {
 		v, err := s.verifyArchive(ctx, pr, encrypted)
 		if err == nil {
 			// Whatever follows a complete archive would be stored with it.
@@ -64,7 +65,12 @@ func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool) *capture
 			pr.CloseWithError(err)
 		}
 		c.done <- checked{v, err}
-	}()
+	})
+	if !started {
+		err := protocol.Errorf(protocol.CodeUnavailable, "the controller is shutting down")
+		pr.CloseWithError(err)
+		c.done <- checked{nil, err}
+	}
 	return c
 }
 

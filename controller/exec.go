@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -40,11 +42,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	conn.SetReadLimit(protocol.MaxChannelFrame + 64)
-	fail := func(err error) {
-		msg := append([]byte{byte(protocol.ChanError)}, mustJSON(protocol.AsError(err))...)
-		_ = conn.WriteMessage(websocket.BinaryMessage, msg)
-		_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
-	}
+	fail := func(err error) { failExec(conn, err) }
 	var args protocol.ExecArgs
 	if _, first, err := conn.ReadMessage(); err != nil {
 		return
@@ -83,52 +81,71 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer st.Close()
-	cw := protocol.NewChannelWriter(st)
+	b := &execBridge{s: s, client: conn, stream: st, runner: protocol.NewChannelWriter(st), runID: run.ID,
+		record: context.WithoutCancel(r.Context())}
+	b.serve()
+}
 
-	// Client → runner: stdin and control. When the client goes away, cancel the command.
-	clientGone := make(chan struct{})
-	go func() {
-		defer close(clientGone)
-		for {
-			_, msg, err := conn.ReadMessage()
-			if err != nil {
-				return
-			}
-			if len(msg) == 0 {
-				continue
-			}
-			ch := protocol.Channel(msg[0])
-			if ch != protocol.ChanStdin && ch != protocol.ChanControl {
-				continue
-			}
-			if err := cw.WriteFrame(ch, msg[1:]); err != nil {
-				return
-			}
-		}
-	}()
-	go func() {
-		select {
-		case <-clientGone:
-			_ = cw.WriteJSONFrame(protocol.ChanControl, protocol.ExecControl{Cancel: true})
-			// Give the runner time to report the exit, then give up on the stream.
-			time.AfterFunc(cancelGrace, func() { st.Close() })
-		case <-s.ctx.Done():
-			st.Close()
-		}
-	}()
+// failExec tells the client why its exec ends and closes the websocket normally.
+func failExec(conn *websocket.Conn, err error) {
+	msg := append([]byte{byte(protocol.ChanError)}, mustJSON(protocol.AsError(err))...)
+	_ = conn.WriteMessage(websocket.BinaryMessage, msg)
+	_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+}
 
-	// Runner → client, in order; this goroutine is the websocket's only writer.
-	clientOK := true
+// execBridge joins a client's exec websocket to the runner's exec stream of one recorded run.
+// Its two directions are named routines of a group of its own, under the controller's context:
+//
+//   - "exec output <run>" (runner → client) is the websocket's only writer. It ends with the
+//     exit frame, which it records and forwards before closing the websocket normally, or when
+//     the runner stream fails: the runner's socket dropped (the command goes on detached and is
+//     settled when the runner reconnects), the stream was given up on after a cancel, or the
+//     controller is shutting down (which closes the stream).
+//   - "exec input <run>" (client → runner) is the stream's only writer: stdin and control
+//     frames. When the client goes away while the run goes on, it sends the runner a cancel and
+//     gives it cancelGrace to report the exit, then closes the stream. It ends then, or as soon
+//     as the output ended.
+//
+// serve returns once both have ended.
+type execBridge struct {
+	s      *Server
+	client *websocket.Conn
+	stream io.ReadWriteCloser
+	runner *protocol.ChannelWriter // frames to the runner, over stream
+	runID  string
+	record context.Context // the run's exit is recorded under it: the request's, never canceled
+}
+
+func (b *execBridge) serve() {
+	g := routine.New(b.s.ctx, b.s.log)
+	outputDone := make(chan struct{})
+	g.Go("exec output "+b.runID, func(ctx context.Context) {
+		defer close(outputDone)
+		b.pumpOutput(ctx)
+	})
+	g.Go("exec input "+b.runID, func(ctx context.Context) { b.pumpInput(ctx, outputDone) })
+	<-outputDone
+	// Nothing more to bridge: closing both ends ends the input pump's read or write.
+	b.stream.Close()
+	b.client.Close()
+	g.Stop()
+}
+
+// pumpOutput forwards the runner's frames to the client in order until the exit frame or the
+// stream's failure; ctx's end (the controller's shutdown) closes the stream.
+func (b *execBridge) pumpOutput(ctx context.Context) {
+	defer context.AfterFunc(ctx, func() { b.stream.Close() })()
+	clientOK := true // false once a write to the client failed: the run is still followed to its exit
 	buf := make([]byte, 256<<10)
 	msg := make([]byte, 0, 256<<10+1)
 	for {
-		ch, p, err := protocol.ReadFrame(st, buf)
+		ch, p, err := protocol.ReadFrame(b.stream, buf)
 		if err != nil {
 			// The runner's socket dropped: the command keeps running there, detached; the
 			// record is settled when the runner reconnects and reports it.
 			if clientOK {
-				fail(protocol.Errorf(protocol.CodeUnavailable,
-					"lost the connection to the runner; run %s goes on detached and is settled when the runner reconnects", run.ID))
+				failExec(b.client, protocol.Errorf(protocol.CodeUnavailable,
+					"lost the connection to the runner; run %s goes on detached and is settled when the runner reconnects", b.runID))
 			}
 			return
 		}
@@ -137,20 +154,63 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			if err := json.Unmarshal(p, &exit); err != nil {
 				exit = protocol.ExecExit{ExitCode: -1, Error: protocol.Errorf(protocol.CodeInternal, "bad exit frame: %v", err)}
 			}
-			if err := s.finishRun(context.WithoutCancel(r.Context()), run.ID, exit); err != nil {
-				s.log.Error("record run exit", "run", run.ID, "err", err)
+			if err := b.s.finishRun(b.record, b.runID, exit); err != nil {
+				b.s.log.Error("record run exit", "run", b.runID, "err", err)
 			}
 		}
 		if clientOK {
 			msg = append(append(msg[:0], byte(ch)), p...)
-			if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+			if err := b.client.WriteMessage(websocket.BinaryMessage, msg); err != nil {
 				clientOK = false
 			}
 		}
 		if ch == protocol.ChanExit {
 			if clientOK {
-				_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+				_ = b.client.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
 			}
+			return
+		}
+	}
+}
+
+// pumpInput forwards the client's input until the client goes away (or the stream refuses it);
+// then, unless the output already ended, it cancels the command and waits for the output to end
+// for at most cancelGrace before giving up on the stream.
+func (b *execBridge) pumpInput(ctx context.Context, outputDone <-chan struct{}) {
+	b.forwardInput()
+	select {
+	case <-outputDone:
+		return
+	default:
+	}
+	_ = b.runner.WriteJSONFrame(protocol.ChanControl, protocol.ExecControl{Cancel: true})
+	grace := time.NewTimer(cancelGrace)
+	defer grace.Stop()
+	select {
+	case <-outputDone:
+	case <-grace.C:
+		b.stream.Close()
+	case <-ctx.Done():
+		// The controller is shutting down: the output pump closes the stream.
+	}
+}
+
+// forwardInput passes the client's stdin and control frames to the runner, dropping any other
+// channel, until a read from the client or a write to the runner fails.
+func (b *execBridge) forwardInput() {
+	for {
+		_, msg, err := b.client.ReadMessage()
+		if err != nil {
+			return
+		}
+		if len(msg) == 0 {
+			continue
+		}
+		ch := protocol.Channel(msg[0])
+		if ch != protocol.ChanStdin && ch != protocol.ChanControl {
+			continue
+		}
+		if err := b.runner.WriteFrame(ch, msg[1:]); err != nil {
 			return
 		}
 	}

@@ -227,18 +227,17 @@ func (s *Server) gcFault(step string) error {
 	return s.gcStep(step)
 }
 
-// gcLoop runs a sweep every interval until the controller stops.
-func (s *Server) gcLoop(interval, grace time.Duration) {
-	defer s.bg.Done()
+// gcLoop runs a sweep every interval until ctx (the controller's routines') is done.
+func (s *Server) gcLoop(ctx context.Context, interval, grace time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		res, err := s.GC(s.ctx, grace, false)
+		res, err := s.GC(ctx, grace, false)
 		if err != nil {
 			s.log.Warn("gc sweep", "err", err)
 			continue

@@ -228,7 +228,7 @@ func TestSecondControllerOnADataDirIsRefused(t *testing.T) {
 	if protocol.CodeOf(err) != protocol.CodeUnavailable || !strings.Contains(err.Error(), "is in use by pid ") {
 		t.Fatalf("second controller on %s: %v", dir, err)
 	}
-	first.cancel()
+	first.stopRoutines()
 	first.providers.Close()
 	_ = first.store.Close()
 	first.dataLock.Release()
@@ -236,7 +236,7 @@ func TestSecondControllerOnADataDirIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the first released the directory: %v", err)
 	}
-	again.cancel()
+	again.stopRoutines()
 	again.providers.Close()
 	_ = again.store.Close()
 	again.dataLock.Release()

@@ -107,7 +107,9 @@ func (s *Server) strike(c *hub.Conn, why string) {
 // serveRunnerOps answers the operations a runner opens: reports of runs that finished detached,
 // artifact fetches (which stream a body) and artifact install reports. At most MaxStreams are
 // served at once: the next is accepted only when one ends, so the rest wait in yamux's bounded
-// backlog with its small initial window instead of being granted a full one each.
+// backlog with its small initial window instead of being granted a full one each. It runs as the
+// routine "runner ops <allocation>" and each operation as "runner op <allocation>"; they end with
+// the connection (which the controller's shutdown closes).
 func (s *Server) serveRunnerOps(c *hub.Conn) {
 	limits := s.cfg.Runners
 	slots := make(chan struct{}, limits.MaxStreams)
@@ -121,10 +123,15 @@ func (s *Server) serveRunnerOps(c *hub.Conn) {
 		if err != nil {
 			return
 		}
-		go func() {
+		started := s.routines.Go("runner op "+c.AllocationID, func(context.Context) {
 			defer func() { <-slots }()
 			s.serveRunnerOp(c, st, limits)
-		}()
+		})
+		if !started {
+			// The controller is shutting down: the operation is not answered.
+			st.Close()
+			return
+		}
 	}
 }
 

@@ -110,7 +110,10 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	s.recordServices(ctx, alloc.WorkspaceID, hello.Services, true)
 	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
 	s.hub.Add(c)
-	go s.serveRunnerOps(c)
+	if !s.routines.Go("runner ops "+alloc.ID, func(context.Context) { s.serveRunnerOps(c) }) {
+		// The controller is shutting down: the connection is not served, and closes below.
+		c.Close()
+	}
 	s.log.Info("runner connected", "allocation", alloc.ID, "workspace", alloc.WorkspaceID, "runner", hello.RunnerVersion, "protocol", version)
 	select {
 	case <-c.Done():

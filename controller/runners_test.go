@@ -47,7 +47,7 @@ func newTestController(t *testing.T, opts ...func(*Config)) *testController {
 	t.Cleanup(func() {
 		// Client connections were closed by cleanups registered later; runner handlers end with
 		// the server context.
-		s.cancel()
+		s.stopRoutines()
 		handlers.Wait()
 		ts.Close()
 		s.providers.Close()

@@ -121,22 +121,22 @@ func (s *Server) runnerHandler() http.Handler {
 	return mux
 }
 
-// serveRunnerSocket listens on the runner socket and serves it until the returned stop is
-// called. Without a socket (a data dir on a filesystem without them, another controller on it)
-// the controller still serves runners over TCP; providers are then told of no socket.
-func (s *Server) serveRunnerSocket() (stop func()) {
+// serveRunnerSocket listens on the runner socket and serves it, as the routine "runner socket",
+// until the controller shuts down. Without a socket (a data dir on a filesystem without them,
+// another controller on it) the controller still serves runners over TCP; providers are then
+// told of no socket.
+func (s *Server) serveRunnerSocket() {
 	rs, err := listenRunnerSocket(s.cfg.DataDir)
 	if err != nil {
 		s.log.Warn("no runner socket: sandboxes must reach the controller's address", "err", err)
-		return func() {}
+		return
+	}
+	srv := s.cfg.HTTP.server(s.runnerHandler(), s.ctx)
+	l := s.cfg.HTTP.limitListener(rs)
+	if !s.routines.Go("runner socket", func(ctx context.Context) { _ = serveHTTP(ctx, srv, l) }) {
+		rs.Close()
+		return
 	}
 	s.runnerSocket = rs.path
-	srv := s.cfg.HTTP.server(s.runnerHandler(), s.ctx)
-	go func() { _ = srv.Serve(s.cfg.HTTP.limitListener(rs)) }()
 	s.log.Info("runner socket listening", "path", rs.path)
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
 }

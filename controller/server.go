@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
@@ -92,10 +93,18 @@ type Server struct {
 	gcStep   func(step string) error
 	dataLock *dataLock
 
-	bg     sync.WaitGroup // provisioning that outlives the request that started it
-	ctx    context.Context
-	cancel context.CancelFunc
+	// routines is the controller's background work, each a named routine: the API server and
+	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
+	// runner connections' operations, capture checks, saved-index builds and checkout packs.
+	// Serve's end stops it; nothing starts after that.
+	routines *routine.Group
+	ctx      context.Context // the routines' context: done once the controller shuts down
 }
+
+// shutdownWait bounds how long Serve's end waits for the routines once their context is done:
+// each ends on it, but one may be in a call (a provider plugin, a blob store) that takes its
+// time to notice. What is still running then is logged by name.
+const shutdownWait = 20 * time.Second
 
 // New opens the data dir and state store. Call Serve to accept connections.
 func New(ctx context.Context, cfg Config) (*Server, error) {
@@ -154,22 +163,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(context.Background())
+	routines := routine.New(context.Background(), cfg.Logger)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
 		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
-		ctx: sctx, cancel: cancel,
+		routines: routines, ctx: routines.Context(),
 	}
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
-		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock})
+		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
-	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, &s.bg)
+	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, routines.Go)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left.
 	if err := s.markDisconnected(ctx); err != nil {
 		st.Close()
-		cancel()
+		routines.Stop()
 		return nil, err
 	}
 	if err := s.sweepBlobs(ctx); err != nil {
@@ -244,8 +253,9 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Serve accepts connections on l until ctx ends, then shuts down: the HTTP server, runner
-// connections, provider plugins and the store.
+// Serve accepts connections on l until ctx ends, then shuts down: the controller's routines
+// (the HTTP servers, runner connections' operations, exec bridges, provisioning, gc) are stopped
+// and waited for up to shutdownWait, then provider plugins and the store are closed.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if s.cfg.AdvertiseURL != "" {
 		s.advertise = s.cfg.AdvertiseURL
@@ -253,26 +263,24 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.advertise = "http://" + l.Addr().String()
 	}
 
-	stopRunnerSocket := s.serveRunnerSocket()
-	srv := s.cfg.HTTP.server(s.Handler(), s.ctx)
+	s.serveRunnerSocket()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.cfg.HTTP.limitListener(l)) }()
+	srv := s.cfg.HTTP.server(s.Handler(), s.ctx)
+	l = s.cfg.HTTP.limitListener(l)
+	if !s.routines.Go("api server", func(ctx context.Context) { errc <- serveHTTP(ctx, srv, l) }) {
+		l.Close()
+		errc <- errors.New("controller: Serve after shutdown")
+	}
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir)
 	if s.cfg.GCInterval > 0 {
-		s.bg.Add(1)
-		go s.gcLoop(s.cfg.GCInterval, s.cfg.GCGrace)
+		s.routines.Go("gc loop", func(ctx context.Context) { s.gcLoop(ctx, s.cfg.GCInterval, s.cfg.GCGrace) })
 	}
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.cancel()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
-	stopRunnerSocket()
-	s.bg.Wait()
+	s.stopRoutines()
 	s.providers.Close()
 	if cerr := s.store.Close(); err == nil {
 		err = cerr
@@ -282,6 +290,44 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// stopRoutines ends the controller's background work: their context is canceled (the HTTP
+// servers shut down, runner connections and exec bridges close, the gc loop returns), no
+// routine starts any more, and it waits up to shutdownWait for them, naming those left.
+func (s *Server) stopRoutines() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer cancel()
+	if err := s.routines.StopContext(ctx); err != nil {
+		s.log.Warn("controller shutdown: not every routine ended", "err", err)
+	}
+}
+
+// serveHTTP serves l with srv until ctx is done (or Serve fails), then shuts srv down: its
+// listener closes at once, its requests get httpShutdownWait to finish.
+func serveHTTP(ctx context.Context, srv *http.Server, l net.Listener) error {
+	shut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(shut)
+		shutdownHTTP(srv)
+	})
+	err := srv.Serve(l)
+	if stop() {
+		// Serve failed on its own: the server's requests are ended here.
+		shutdownHTTP(srv)
+	} else {
+		<-shut
+	}
+	return err
+}
+
+// httpShutdownWait bounds how long an HTTP server's shutdown waits for its requests.
+const httpShutdownWait = 5 * time.Second
+
+func shutdownHTTP(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownWait)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
 }
 
 // markDisconnected resets the connection state a previous controller process left: its runners'

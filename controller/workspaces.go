@@ -87,36 +87,46 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	if err := s.store.CreateWorkspace(ctx, ws, alloc); err != nil {
 		return api.Workspace{}, err
 	}
+	// Provisioning outlives the request that started it; it ends with the controller.
 	done := make(chan struct{})
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
+	started := s.routines.Go("provision "+ws.ID, func(ctx context.Context) {
 		defer close(done)
-		if err := s.startAllocationWith(s.ctx, prov, ws, token, req.Options); err != nil {
-			s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
-			_ = s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "provisioning failed")
-			return
-		}
-		if git != nil {
-			if err := s.prepareCheckout(s.ctx, ws, proj); err != nil {
-				s.log.Warn("workspace checkout or provision failed", "workspace", ws.ID, "reason", err)
-				_ = s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "checkout or provision failed")
-				if rerr := s.releaseAllocation(context.WithoutCancel(s.ctx), ws); rerr != nil {
-					s.log.Warn("release failed workspace", "workspace", ws.ID, "err", rerr)
-				}
-				return
-			}
-		}
-		if err := s.store.TransitionWorkspace(s.ctx, ws.ID, wsstate.FinishProvision, "", "runner connected and answered a probe"); err != nil {
-			s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
-		}
-	}()
+		s.provision(ctx, prov, ws, proj, token, req.Options)
+	})
+	if !started {
+		err := protocol.Errorf(protocol.CodeUnavailable, "the controller is shutting down")
+		_ = s.store.TransitionWorkspace(context.WithoutCancel(ctx), ws.ID, wsstate.FailProvision, err.Message, "provisioning failed")
+		return api.Workspace{}, err
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return api.Workspace{}, ctx.Err()
 	}
 	return s.workspace(context.WithoutCancel(ctx), ws.ID)
+}
+
+// provision has the provider start ws's allocation and, for a project's workspace, checks out
+// and provisions it, then marks the workspace ready (or failed). ctx is the controller's.
+func (s *Server) provision(ctx context.Context, prov provider.Provider, ws api.Workspace, proj api.Project, token string, options map[string]string) {
+	if err := s.startAllocationWith(ctx, prov, ws, token, options); err != nil {
+		s.log.Warn("workspace failed", "workspace", ws.ID, "reason", err)
+		_ = s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "provisioning failed")
+		return
+	}
+	if ws.Git != nil {
+		if err := s.prepareCheckout(ctx, ws, proj); err != nil {
+			s.log.Warn("workspace checkout or provision failed", "workspace", ws.ID, "reason", err)
+			_ = s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FailProvision, protocol.AsError(err).Message, "checkout or provision failed")
+			if rerr := s.releaseAllocation(context.WithoutCancel(ctx), ws); rerr != nil {
+				s.log.Warn("release failed workspace", "workspace", ws.ID, "err", rerr)
+			}
+			return
+		}
+	}
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishProvision, "", "runner connected and answered a probe"); err != nil {
+		s.log.Error("mark workspace ready", "workspace", ws.ID, "err", err)
+	}
 }
 
 // checkName refuses names a record of kind may not take: outside the name pattern, or starting

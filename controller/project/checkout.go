@@ -185,8 +185,21 @@ func (s *Projects) packReader(ctx context.Context, proj api.Project, want, have 
 		}
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(repo.Pack(ctx, pw, wants, have)) }()
+	// The writer ends with the pack, or when ctx ends or the reader is closed.
+	if !s.goRoutine("checkout pack "+proj.ID, func(context.Context) { pw.CloseWithError(repo.Pack(ctx, pw, wants, have)) }) {
+		pw.Close()
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the controller is shutting down")
+	}
 	return pr, nil
+}
+
+// goRoutine starts fn as the routine name of the owner (Config.Go), or as a goroutine without one.
+func (s *Projects) goRoutine(name string, fn func(ctx context.Context)) bool {
+	if s.cfg.Go != nil {
+		return s.cfg.Go(name, fn)
+	}
+	go fn(context.Background())
+	return true
 }
 
 func short(commit string) string { return commit[:min(len(commit), 12)] }

@@ -37,6 +37,9 @@ type Config struct {
 	ExpectKind func(value, want string) error
 	// Clock stamps records (the real clock when nil).
 	Clock clockwork.Clock
+	// Go starts background work as a named routine of the owner (a checkout's pack writer),
+	// reporting false once the owner is shutting down. Nil: plain goroutines.
+	Go func(name string, fn func(ctx context.Context)) bool
 }
 
 // Projects keeps the controller's projects and their base clones.

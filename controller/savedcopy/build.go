@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
 
@@ -24,10 +25,10 @@ import (
 // at the same time. Indexes from an earlier process are removed before the first build: an
 // archive is verified whole by each controller before it serves reads from it.
 type Indexes struct {
-	dir      string
-	archives Archives
-	log      *slog.Logger
-	bg       *sync.WaitGroup // builds, which outlive the requests that started them
+	dir       string
+	archives  Archives
+	log       *slog.Logger
+	goRoutine func(name string, fn func(ctx context.Context)) bool // starts builds, which outlive the requests that started them
 
 	mu       sync.Mutex
 	cleared  bool
@@ -39,10 +40,11 @@ type indexBuild struct {
 	err  error
 }
 
-// NewIndexes returns the cache of the indexes in dir of archives' receipts. bg counts the
-// builds in progress, for the owner to wait for before it closes archives' blob store.
-func NewIndexes(dir string, archives Archives, log *slog.Logger, bg *sync.WaitGroup) *Indexes {
-	return &Indexes{dir: dir, archives: archives, log: log, bg: bg}
+// NewIndexes returns the cache of the indexes in dir of archives' receipts. goRoutine starts a
+// build as a named routine of the owner (a routine.Group's Go), which the owner stops and waits
+// for before it closes archives' blob store; it reports false once the owner is shutting down.
+func NewIndexes(dir string, archives Archives, log *slog.Logger, goRoutine func(name string, fn func(ctx context.Context)) bool) *Indexes {
+	return &Indexes{dir: dir, archives: archives, log: log, goRoutine: goRoutine}
 }
 
 // Dir is the directory the indexes are in.
@@ -75,17 +77,13 @@ func (x *Indexes) Open(ctx context.Context, snap *api.Snapshot) (*Index, error) 
 			x.building = map[string]*indexBuild{}
 		}
 		x.building[name] = b
-		// The build outlives the request that started it: the others waiting need it too.
-		bctx := context.WithoutCancel(ctx)
-		x.bg.Add(1)
-		go func() {
-			defer x.bg.Done()
-			b.err = x.build(bctx, snap, dir, name)
-			x.mu.Lock()
+		// The build outlives the request that started it: the others waiting need it too. It
+		// ends with the owner.
+		if !x.goRoutine("saved index "+snap.ID, func(ctx context.Context) { x.runBuild(ctx, b, snap, dir, name) }) {
+			b.err = errShuttingDown
 			delete(x.building, name)
-			x.mu.Unlock()
 			close(b.done)
-		}()
+		}
 	}
 	x.mu.Unlock()
 	select {
@@ -97,6 +95,18 @@ func (x *Indexes) Open(ctx context.Context, snap *api.Snapshot) (*Index, error) 
 		return nil, b.err
 	}
 	return openIndex(name)
+}
+
+// errShuttingDown is a build's error when the owner no longer starts any.
+var errShuttingDown = protocol.Errorf(protocol.CodeUnavailable, "the controller is shutting down")
+
+// runBuild builds b's index and tells whoever waits for it.
+func (x *Indexes) runBuild(ctx context.Context, b *indexBuild, snap *api.Snapshot, dir, name string) {
+	b.err = x.build(ctx, snap, dir, name)
+	x.mu.Lock()
+	delete(x.building, name)
+	x.mu.Unlock()
+	close(b.done)
 }
 
 // build reads and verifies the archive, writing the index beside it as it goes, and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 	"github.com/tetherhq/tether/sandbox/snapshot/snapshottest"
@@ -58,9 +59,9 @@ func savedIndexes(t *testing.T, data string) (*Indexes, *countingBlobs) {
 		t.Fatal(err)
 	}
 	cb := &countingBlobs{Store: st}
-	var bg sync.WaitGroup
-	t.Cleanup(bg.Wait)
-	return NewIndexes(filepath.Join(data, "cache", "saved-index"), Archives{Blobs: cb}, slog.New(slog.NewTextHandler(io.Discard, nil)), &bg), cb
+	builds := routine.New(context.Background(), nil)
+	t.Cleanup(builds.Stop)
+	return NewIndexes(filepath.Join(data, "cache", "saved-index"), Archives{Blobs: cb}, slog.New(slog.NewTextHandler(io.Discard, nil)), builds.Go), cb
 }
 
 // storeSynthetic stores tree's archive through a pipe and returns its receipt (the summary's
