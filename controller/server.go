@@ -101,9 +101,9 @@ type Server struct {
 	ctx      context.Context // the routines' context: done once the controller shuts down
 }
 
-// shutdownWait bounds how long Serve's end waits for the routines once their context is done:
-// each ends on it, but one may be in a call (a provider plugin, a blob store) that takes its
-// time to notice. What is still running then is logged by name.
+// shutdownWait is how long Serve's end waits for the routines once their context is done before
+// it logs, by name, those still running (and goes on waiting): each ends on it, but one may be in
+// a call (a provider plugin, a blob store) that takes its time to notice.
 const shutdownWait = 20 * time.Second
 
 // New opens the data dir and state store. Call Serve to accept connections.
@@ -255,7 +255,8 @@ func (s *Server) Handler() http.Handler {
 
 // Serve accepts connections on l until ctx ends, then shuts down: the controller's routines
 // (the HTTP servers, runner connections' operations, exec bridges, provisioning, gc) are stopped
-// and waited for up to shutdownWait, then provider plugins and the store are closed.
+// and waited for (naming those left after shutdownWait), then provider plugins and the store
+// are closed.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if s.cfg.AdvertiseURL != "" {
 		s.advertise = s.cfg.AdvertiseURL
@@ -294,12 +295,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 // stopRoutines ends the controller's background work: their context is canceled (the HTTP
 // servers shut down, runner connections and exec bridges close, the gc loop returns), no
-// routine starts any more, and it waits up to shutdownWait for them, naming those left.
+// routine starts any more, and it waits for them, naming those left after shutdownWait.
 func (s *Server) stopRoutines() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
 	if err := s.routines.StopContext(ctx); err != nil {
-		s.log.Warn("controller shutdown: not every routine ended", "err", err)
+		// Still waited for: a provisioning routine may be destroying a sandbox it made, and
+		// closing the plugins under it would leak the sandbox. The log says what it waits for.
+		s.log.Warn("controller shutdown: still waiting for routines", "err", err)
+		s.routines.Stop()
 	}
 }
 

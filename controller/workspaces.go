@@ -275,7 +275,11 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 		return ws, err
 	}
 	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.Delete, "", "workspace rm"); err != nil {
-		return ws, err
+		// A concurrent rm got there first: the workspace is what this one asked for, as it was
+		// before deleting became a checked transition.
+		if cur, gerr := s.store.GetWorkspace(ctx, ws.ID); protocol.CodeOf(err) != protocol.CodeConflict || gerr != nil || cur.State != api.StateDeleted {
+			return ws, err
+		}
 	}
 	ws.State, ws.Connected = api.StateDeleted, false
 	return ws, nil

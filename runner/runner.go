@@ -61,7 +61,7 @@ type Runner struct {
 	holds *fsguard.Holds
 
 	// routines are the goroutines serving the controller's streams: they outlive a connection,
-	// and Run waits for them (a while: see stopWait) before it returns.
+	// and Shutdown waits for them (a while: see stopWait) once the runner's commands are gone.
 	routines *routine.Group
 
 	mu    sync.Mutex
@@ -108,7 +108,6 @@ func New(cfg Config) (*Runner, error) {
 // Run connects and serves until ctx ends or the controller refuses the runner. Socket drops are
 // retried with exponential backoff; commands keep running meanwhile.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.stopRoutines()
 	// The agent socket lets tools inside the sandbox reach the runner; every command the runner
 	// starts finds it in TETHER_SOCKET. Without it the runner still serves the controller.
 	var agentSocket string
@@ -143,8 +142,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// stopWait bounds how long a stopping runner waits for its streams' handlers: most end as soon
-// as the session closes, but an exec's waits for its command, which the runner's exit ends.
+// stopWait bounds how long a stopping runner waits for its streams' handlers once its commands
+// were killed: they end as their streams and commands do.
 const stopWait = 2 * time.Second
 
 // stopRoutines stops taking streams and waits up to stopWait for the handlers still running,
@@ -175,6 +174,8 @@ func (r *Runner) pause(cancel <-chan struct{}, d time.Duration) bool {
 func (r *Runner) Shutdown() {
 	r.runs.killAll()
 	r.services.StopAll(shutdownGrace)
+	// Only now, with its commands gone, can an exec's handler end.
+	r.stopRoutines()
 }
 
 func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {

@@ -184,7 +184,11 @@ func (r *Read) Check(ctx context.Context, off, n int64, sum []byte) error {
 	// faulted in page by page, or throttled on a busy machine, can take seconds) stamped the
 	// times long ago and may stall between the two reads, which then agree on the same torn mix.
 	// Waiting for it first makes the second read see where it ended.
-	waitForWrites(r.f)
+	if err := waitForWrites(ctx, r.f); errors.Is(err, errWriteInProgress) {
+		return changed(r.path, "changed while it was read ("+err.Error()+")")
+	} else if err != nil {
+		return err
+	}
 	again, err := r.digest(ctx, off, n)
 	if err != nil {
 		return err
@@ -234,18 +238,46 @@ func (r *Read) digest(ctx context.Context, off, n int64) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
+// errWriteInProgress is what waitForWrites says of a write that did not finish within writeWait.
+var errWriteInProgress = errors.New("a write to it was still in progress")
+
+// writeWait bounds waitForWrites: a write still copying after that long is a file being
+// written, not one at rest.
+const writeWait = settleTime
+
 // waitForWrites returns once every write(2) to f that was under way when it was called has
-// finished. A buffered write holds the inode's lock (i_rwsem) exclusively from its first byte to
-// its last, and SEEK_DATA takes the same lock shared on the filesystems a workspace lives on
-// (ext4, xfs, btrfs, tmpfs, overlayfs), so the seek waits for such a write. The descriptor's
-// offset is put back. Where a filesystem does not take the lock this waits for nothing, and the
-// checks around it are what is left.
-func waitForWrites(f *os.File) {
-	fd := int(f.Fd())
-	cur, err := unix.Seek(fd, 0, io.SeekCurrent)
+// finished, or with errWriteInProgress after writeWait, or ctx's error. A buffered write holds
+// the inode's lock (i_rwsem) exclusively from its first byte to its last, and SEEK_DATA takes the
+// same lock shared on the filesystems a workspace lives on (ext4, xfs, btrfs, tmpfs, overlayfs),
+// so the seek waits for such a write — in an uninterruptible sleep, hence a goroutine of its own
+// on a duplicate of the descriptor (its own number, which a caller closing f cannot hand to
+// another file; the same open file, whose offset it puts back). A wait given up on leaves that
+// goroutine until the write ends. Where a filesystem does not take the lock this waits for
+// nothing, and the checks around it are what is left.
+func waitForWrites(ctx context.Context, f *os.File) error {
+	fd, err := unix.Dup(int(f.Fd()))
 	if err != nil {
-		return
+		return nil // no descriptor to spare: the checks around this still stand
 	}
-	_, _ = unix.Seek(fd, 0, unix.SEEK_DATA)
-	_, _ = unix.Seek(fd, cur, io.SeekStart)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unix.Close(fd)
+		cur, err := unix.Seek(fd, 0, io.SeekCurrent)
+		if err != nil {
+			return
+		}
+		_, _ = unix.Seek(fd, 0, unix.SEEK_DATA)
+		_, _ = unix.Seek(fd, cur, io.SeekStart)
+	}()
+	t := time.NewTimer(writeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return errWriteInProgress
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -144,3 +144,22 @@ func TestCheckWaitsOutAStalledWrite(t *testing.T) {
 	defer timer.Stop()
 	wantChanged(t, r.Check(context.Background(), 0, stallFileBytes, sum[:]), "f.txt", "second read differs")
 }
+
+// A write that stays stalled is not waited for forever (the wait is an uninterruptible sleep in
+// the kernel): after writeWait the read is refused as one of a file still being written.
+func TestCheckGivesUpOnAWriteThatDoesNotEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for two seconds")
+	}
+	p, f := newFile(t, strings.Repeat(string(rune(stallOldByte)), stallFileBytes))
+	needLeases(t, f)
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	must(t, err)
+	t.Cleanup(func() { w.Close() })
+	startStalledWrite(t, w) // resolved only by its cleanup, after Check
+	time.Sleep(settleTime + 50*time.Millisecond)
+	r, err := Begin(f, "f.txt")
+	must(t, err)
+	sum := readAll(t, r, f)
+	wantChanged(t, r.Check(context.Background(), 0, stallFileBytes, sum), "f.txt", "still in progress")
+}
