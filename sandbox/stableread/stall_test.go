@@ -112,6 +112,20 @@ func (s *stalledWrite) resolve(t *testing.T) {
 	}
 }
 
+// stalledFile is a file of 'A' open for reading, with a write of 'B' over it stalled after its
+// first page for longer than settleTime.
+func stalledFile(t *testing.T) (*os.File, *stalledWrite) {
+	t.Helper()
+	p, f := newFile(t, strings.Repeat(string(rune(stallOldByte)), stallFileBytes))
+	needLeases(t, f)
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	must(t, err)
+	t.Cleanup(func() { w.Close() }) // after the stalled write's cleanup has waited for it
+	stall := startStalledWrite(t, w)
+	time.Sleep(settleTime + 50*time.Millisecond) // the write's stamp is now older than settleTime
+	return f, stall
+}
+
 // A write that began more than a second before the read and stalls between the read and its
 // check: its times were stamped before the first stat and never move again, the file is held
 // open for writing but changed long ago, and a second read at once sees the same torn mix as
@@ -121,13 +135,7 @@ func TestCheckWaitsOutAStalledWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a second")
 	}
-	p, f := newFile(t, strings.Repeat(string(rune(stallOldByte)), stallFileBytes))
-	needLeases(t, f)
-	w, err := os.OpenFile(p, os.O_WRONLY, 0)
-	must(t, err)
-	t.Cleanup(func() { w.Close() }) // after the stalled write's cleanup has waited for it
-	stall := startStalledWrite(t, w)
-	time.Sleep(settleTime + 50*time.Millisecond) // the write's stamp is now older than settleTime
+	f, stall := stalledFile(t)
 
 	r, err := Begin(f, "f.txt")
 	must(t, err)
@@ -151,13 +159,7 @@ func TestCheckGivesUpOnAWriteThatDoesNotEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for two seconds")
 	}
-	p, f := newFile(t, strings.Repeat(string(rune(stallOldByte)), stallFileBytes))
-	needLeases(t, f)
-	w, err := os.OpenFile(p, os.O_WRONLY, 0)
-	must(t, err)
-	t.Cleanup(func() { w.Close() })
-	startStalledWrite(t, w) // resolved only by its cleanup, after Check
-	time.Sleep(settleTime + 50*time.Millisecond)
+	f, _ := stalledFile(t) // the write is resolved only by its cleanup, after Check
 	r, err := Begin(f, "f.txt")
 	must(t, err)
 	sum := readAll(t, r, f)
