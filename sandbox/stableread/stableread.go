@@ -115,7 +115,12 @@ type Read struct {
 // and take the size to read from Info or Stamp. path only names the file in errors.
 func Begin(f *os.File, path string) (*Read, error) {
 	// The clock is read before the stat, so that the age of the last change is never overstated.
-	start := time.Now()
+	return beginAt(f, path, time.Now())
+}
+
+// beginAt is Begin for a read that began at start: the time the age of the file's last change
+// is measured from (tests pass a later one instead of sleeping until a change is old).
+func beginAt(f *os.File, path string, start time.Time) (*Read, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err

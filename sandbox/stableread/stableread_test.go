@@ -113,8 +113,7 @@ func TestStampOf(t *testing.T) {
 func TestCheckSettled(t *testing.T) {
 	_, f := newFile(t, "at rest")
 	needLeases(t, f)
-	time.Sleep(coarseTick + 20*time.Millisecond)
-	r, err := Begin(f, "f.txt")
+	r, err := beginAt(f, "f.txt", time.Now().Add(coarseTick+20*time.Millisecond))
 	must(t, err)
 	if !r.Settled() {
 		t.Fatal("a file unchanged for longer than a tick, with no writer, is not settled")
@@ -166,18 +165,20 @@ func TestCheckRefusesWhileWritten(t *testing.T) {
 	wantChanged(t, r.Check(context.Background(), 0, r.Info().Size(), sum), "f.txt", "open for writing")
 }
 
+// beginAged begins a read of f as if it began a little over settleTime after the file's last
+// change: the age Check judges by, without waiting for it to pass.
+func beginAged(f *os.File) (*Read, error) {
+	return beginAt(f, "f.txt", time.Now().Add(settleTime+50*time.Millisecond))
+}
+
 // Open for writing but changed long ago (a log file held open, say): read again and compared.
 func TestCheckRereadsHeldOpen(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for a second")
-	}
 	p, f := newFile(t, "held open")
 	needLeases(t, f)
 	w, err := os.OpenFile(p, os.O_WRONLY, 0)
 	must(t, err)
 	defer w.Close()
-	time.Sleep(settleTime + 50*time.Millisecond)
-	r, err := Begin(f, "f.txt")
+	r, err := beginAged(f)
 	must(t, err)
 	if r.Settled() {
 		t.Fatal("a file held open for writing is settled")

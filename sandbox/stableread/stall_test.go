@@ -113,7 +113,7 @@ func (s *stalledWrite) resolve(t *testing.T) {
 }
 
 // stalledFile is a file of 'A' open for reading, with a write of 'B' over it stalled after its
-// first page for longer than settleTime.
+// first page. Reads begun with beginAged take that write's stamp for older than settleTime.
 func stalledFile(t *testing.T) (*os.File, *stalledWrite) {
 	t.Helper()
 	p, f := newFile(t, strings.Repeat(string(rune(stallOldByte)), stallFileBytes))
@@ -121,23 +121,17 @@ func stalledFile(t *testing.T) (*os.File, *stalledWrite) {
 	w, err := os.OpenFile(p, os.O_WRONLY, 0)
 	must(t, err)
 	t.Cleanup(func() { w.Close() }) // after the stalled write's cleanup has waited for it
-	stall := startStalledWrite(t, w)
-	time.Sleep(settleTime + 50*time.Millisecond) // the write's stamp is now older than settleTime
-	return f, stall
+	return f, startStalledWrite(t, w)
 }
 
-// A write that began more than a second before the read and stalls between the read and its
+// A write that began more than a second before the read (beginAged) and stalls between the read and its
 // check: its times were stamped before the first stat and never move again, the file is held
 // open for writing but changed long ago, and a second read at once sees the same torn mix as
 // the first. Check must wait the write out (it holds the inode's lock until its last byte) and
 // then see the difference. Without that wait Check accepts the torn read.
 func TestCheckWaitsOutAStalledWrite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for a second")
-	}
 	f, stall := stalledFile(t)
-
-	r, err := Begin(f, "f.txt")
+	r, err := beginAged(f)
 	must(t, err)
 	got := make([]byte, stallFileBytes)
 	if _, err := f.ReadAt(got, 0); err != nil {
@@ -157,10 +151,10 @@ func TestCheckWaitsOutAStalledWrite(t *testing.T) {
 // the kernel): after writeWait the read is refused as one of a file still being written.
 func TestCheckGivesUpOnAWriteThatDoesNotEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for two seconds")
+		t.Skip("waits writeWait (a second) for a write that never ends")
 	}
 	f, _ := stalledFile(t) // the write is resolved only by its cleanup, after Check
-	r, err := Begin(f, "f.txt")
+	r, err := beginAged(f)
 	must(t, err)
 	sum := readAll(t, r, f)
 	wantChanged(t, r.Check(context.Background(), 0, stallFileBytes, sum), "f.txt", "still in progress")
