@@ -32,8 +32,17 @@ type Allocation struct {
 	SessionHash        string
 	PendingSessionHash string
 	RunnerVersion      string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// Owner is the controller (Member.ID) that holds the runner's connection, since OwnerSince;
+	// empty while no controller does. Only ClaimAllocation sets it.
+	Owner      string
+	OwnerSince time.Time
+	// PlacedOn is the controller that provisioned the sandbox: a provider whose sandboxes only
+	// their host can reach (local) is called there. ReadyBy is when the runner must have
+	// connected by (zero: no deadline); any live controller enforces it once it passed.
+	PlacedOn  string
+	ReadyBy   time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Store is the controller's state: every role below, on one database. Every method is safe for
@@ -49,6 +58,9 @@ type Store interface {
 	Artifacts
 	Services
 	Projects
+	Members
+	Tokens
+	Coordination
 
 	Close() error
 }
@@ -97,6 +109,20 @@ type Allocations interface {
 	// limits, isolation), replacing what was recorded; AllocationInfo returns it (empty if none).
 	SetAllocationInfo(ctx context.Context, id string, info map[string]string) error
 	AllocationInfo(ctx context.Context, id string) (map[string]string, error)
+	// ClaimAllocation records that controller now holds the allocation's runner connection:
+	// state connected, root and runner version (when not empty), Owner = controller, OwnerSince
+	// = now. A final state (destroyed, failed) is CodeConflict, as in UpdateAllocation.
+	ClaimAllocation(ctx context.Context, id, controller, root, runnerVersion string) error
+	// ReleaseAllocation makes a connected allocation that controller owns disconnected, with no
+	// owner, and reports whether it did: an allocation another controller claimed meanwhile is
+	// left as it is.
+	ReleaseAllocation(ctx context.Context, id, controller string) (bool, error)
+	// DisownAllocations releases every connected allocation controller owns (its own restart, or
+	// a peer that found its heartbeat expired) and returns their ids.
+	DisownAllocations(ctx context.Context, controller string) ([]string, error)
+	// OverdueAllocations lists the allocations still starting whose ReadyBy is set and before
+	// now.
+	OverdueAllocations(ctx context.Context, now time.Time) ([]Allocation, error)
 }
 
 // Sessions admits runners: an allocation's one-use bootstrap token and the session tokens that
@@ -212,4 +238,71 @@ type Projects interface {
 	// OpenWorkspaceFor finds the project's newest workspace on branch that is not deleted or
 	// failed (ok false when there is none).
 	OpenWorkspaceFor(ctx context.Context, projectID, branch string) (w api.Workspace, ok bool, err error)
+}
+
+// Member is one controller of a cluster as it registers itself.
+type Member struct {
+	ID          string
+	Address     string // base URL peers reach it on (http://host:port)
+	Version     string
+	StartedAt   time.Time
+	HeartbeatAt time.Time // set by Heartbeat, from the store's clock
+}
+
+// Members is the cluster's membership: controllers sharing one store.
+type Members interface {
+	// Heartbeat records m, inserting or updating it, with HeartbeatAt = now (the store's
+	// clock), and returns that time.
+	Heartbeat(ctx context.Context, m Member) (time.Time, error)
+	GetMember(ctx context.Context, id string) (Member, error)
+	// ListMembers lists members by id.
+	ListMembers(ctx context.Context) ([]Member, error)
+	// RemoveMember forgets a member (it shut down cleanly); missing is not an error.
+	RemoveMember(ctx context.Context, id string) error
+	// ClusterSecret returns the secret controllers authenticate to each other with, creating
+	// it on first use: every caller of one store gets the same one.
+	ClusterSecret(ctx context.Context) (string, error)
+}
+
+// Token is an API token: a credential for the REST API kept in the store, so every controller
+// accepts it. Only its hash is stored.
+type Token struct {
+	Name       string
+	Hash       string   // SHA-256 hex of the secret
+	Workspaces []string // workspace ids it is limited to; empty: all
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
+	RevokedAt  time.Time // zero: not revoked
+}
+
+// Tokens keeps API tokens.
+type Tokens interface {
+	// CreateToken records a token (CodeExists when a token that is not revoked has its name).
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash finds a token by its hash, revoked and expired ones included (the caller
+	// decides); CodeNotFound when there is none.
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	// ListTokens lists tokens by creation time, revoked ones included.
+	ListTokens(ctx context.Context) ([]Token, error)
+	// RevokeToken revokes the live token of that name at at (CodeNotFound when none is live).
+	RevokeToken(ctx context.Context, name string, at time.Time) error
+}
+
+// Coordination is what controllers sharing a store use to take turns and to wake each other.
+type Coordination interface {
+	// TryClusterLock takes the cluster-wide lock called name if no one holds it, until release
+	// is called (PostgreSQL: a session advisory lock on a connection kept for it; SQLite, whose
+	// database one controller holds: a lock in the process). ok is false when it is held.
+	TryClusterLock(ctx context.Context, name string) (release func(), ok bool, err error)
+	// TouchUpload records that controller is writing the blob object key now (its heartbeat);
+	// DoneUpload forgets it; LiveUploads lists the keys touched at or after since.
+	TouchUpload(ctx context.Context, key, controller string) error
+	DoneUpload(ctx context.Context, key string) error
+	LiveUploads(ctx context.Context, since time.Time) (map[string]bool, error)
+	// WatchAllocations delivers the id of every allocation whose record ClaimAllocation,
+	// ReleaseAllocation, DisownAllocations or UpdateAllocation changed, by any controller of
+	// the store (PostgreSQL: LISTEN/NOTIFY; SQLite: in the process), until ctx ends. Delivery
+	// is best effort (a slow reader or a lost database connection can miss some): a waiter
+	// re-reads the record, and re-reads it now and then anyway.
+	WatchAllocations(ctx context.Context) (<-chan string, error)
 }
