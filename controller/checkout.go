@@ -45,7 +45,7 @@ func (s *Server) reuseWorkspace(ctx context.Context, ws api.Workspace) (api.Work
 // prepareCheckout fills a new allocation with its checkout (project.Projects.Checkout) and runs
 // the provision commands, all through the runner inside the allocation.
 func (s *Server) prepareCheckout(ctx context.Context, ws api.Workspace, proj api.Project) error {
-	c, ok := s.hub.Get(ws.AllocationID)
+	c, ok := s.runnerOf(ctx, ws.AllocationID)
 	if !ok {
 		return protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s disconnected", ws.ID)
 	}
@@ -170,7 +170,7 @@ func (s *Server) teardown(ctx context.Context, ws api.Workspace) {
 	if len(cmds) == 0 {
 		return
 	}
-	c, ok := s.hub.Get(ws.AllocationID)
+	c, ok := s.runnerOf(ctx, ws.AllocationID)
 	if !ok {
 		return
 	}

@@ -54,9 +54,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		fail(protocol.Errorf(protocol.CodeInvalidArgument, "exec needs a command"))
 		return
 	}
-	rc, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		fail(protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID))
+	rc, err := s.reach(r.Context(), ws.AllocationID)
+	if err != nil {
+		fail(protocol.AsError(err))
 		return
 	}
 	args.RunID = newID("run_")
@@ -220,7 +220,7 @@ func (b *execBridge) forwardInput() {
 // already said hello again without the run, no later hello would settle it. It is recorded lost;
 // a report that it ran after all (it was received, but started after that hello) corrects that.
 func (s *Server) settleIfReconnected(old *hub.Conn, runID string) {
-	cur, ok := s.hub.Get(old.AllocationID)
+	cur, ok := s.runnerOf(s.ctx, old.AllocationID)
 	if !ok || cur == old || slices.ContainsFunc(cur.Hello.Runs, func(r protocol.RunStatus) bool { return r.RunID == runID }) {
 		return
 	}

@@ -18,6 +18,11 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// The destination is on the host of the sandbox (a local one's is the controller that made
+	// it).
+	if s.forwardToPlacement(w, r, ws) {
+		return
+	}
 	var req api.ExportRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, err)

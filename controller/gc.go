@@ -52,6 +52,11 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
 	res := api.GCResult{DryRun: dryRun, Candidates: []api.GCCandidate{}}
+	release, err := s.clusterLock(ctx, lockGC)
+	if err != nil {
+		return res, err
+	}
+	defer release()
 	list, err := s.store.ListWorkspaces(ctx, false)
 	if err != nil {
 		return res, err
@@ -210,6 +215,11 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 func (s *Server) finishReclaim(ctx context.Context, id string) (api.Workspace, error) {
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
+	release, err := s.clusterLock(ctx, lockGC)
+	if err != nil {
+		return api.Workspace{}, err
+	}
+	defer release()
 	ws, err := s.workspace(ctx, id)
 	if err != nil || ws.State != api.StateReclaiming {
 		return ws, err
@@ -246,6 +256,16 @@ func (s *Server) gcLoop(ctx context.Context, interval, grace time.Duration) {
 			s.log.Info("gc sweep", "reclaimed_bytes", res.Bytes, "candidates", len(res.Candidates))
 		}
 	}
+}
+
+// sweepBlobsOnce runs the blob sweep unless another controller of the cluster is running it.
+func (s *Server) sweepBlobsOnce(ctx context.Context) error {
+	release, ok, err := s.store.TryClusterLock(ctx, lockSweep)
+	if err != nil || !ok {
+		return err
+	}
+	defer release()
+	return s.sweepBlobs(ctx)
 }
 
 // sweepBlobs removes what failed captures left: temporaries, and snapshot objects no receipt

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -50,4 +51,15 @@ func decodeJSON(r *http.Request, v any) error {
 		return protocol.Errorf(protocol.CodeInvalidArgument, "request body: %v", err)
 	}
 	return nil
+}
+
+// decodeErrorBody is the typed error of another controller's refusal: its own error when it sent
+// one (bounded), unavailable otherwise.
+func decodeErrorBody(resp *http.Response) error {
+	var body api.ErrorBody
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err == nil && body.Error.Code != "" {
+		e := body.Error
+		return &e
+	}
+	return protocol.Errorf(protocol.CodeUnavailable, "peer answered %s", resp.Status)
 }

@@ -40,7 +40,7 @@ func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
 // state its last receipt recorded (ahead/behind then as of that capture).
 func (s *Server) headState(ctx context.Context, ws api.Workspace, baseCommit string) (protocol.GitStatus, string, error) {
 	if ws.State == api.StateReady {
-		if c, ok := s.hub.Get(ws.AllocationID); ok {
+		if c, ok := s.runnerOf(ctx, ws.AllocationID); ok {
 			var st protocol.GitStatus
 			err := c.Call(ctx, protocol.OpGitInspect, 0, protocol.GitInspectArgs{BaseCommit: baseCommit}, &st)
 			return st, "live", err

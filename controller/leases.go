@@ -69,7 +69,7 @@ func (s *Server) writer(r *http.Request) (api.Workspace, *hub.Conn, uint64, erro
 // holder are refused even if they reach the runner late. Best effort: a runner that is not
 // connected learns the epoch in its next welcome.
 func (s *Server) pushEpoch(ctx context.Context, ws api.Workspace, epoch uint64) {
-	c, ok := s.hub.Get(ws.AllocationID)
+	c, ok := s.runnerOf(ctx, ws.AllocationID)
 	if !ok {
 		return
 	}

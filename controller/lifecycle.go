@@ -130,9 +130,9 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	if chk.ActiveRuns > 0 && !cancelRuns {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeConflict, "workspace %s has %d active run(s); pass --cancel-runs to kill them", ws.ID, chk.ActiveRuns)
 	}
-	c, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected: its changes cannot be saved", ws.ID)
+	c, err := s.reach(ctx, ws.AllocationID)
+	if err != nil {
+		return api.CloseResult{}, protocol.Errorf(protocol.CodeUnavailable, "workspace %s: its changes cannot be saved: %s", ws.ID, protocol.AsError(err).Message)
 	}
 	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartClose, "", "close"); err != nil {
 		return api.CloseResult{}, err
@@ -192,16 +192,21 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 
 // releaseAllocation revokes the runner's session and destroys the sandbox.
 func (s *Server) releaseAllocation(ctx context.Context, ws api.Workspace) error {
-	prov, err := s.providerFor(ctx, ws.Provider)
+	a, err := s.store.GetAllocation(ctx, ws.AllocationID)
 	if err != nil {
+		return err
+	}
+	// Checked before anything changes: a sandbox whose host is gone cannot be destroyed, and
+	// the workspace is not reported released while its sandbox runs on.
+	if _, _, err := s.placedElsewhere(ctx, a); err != nil {
 		return err
 	}
 	if err := s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
 		return err
 	}
 	s.hub.Disconnect(ws.AllocationID)
-	if err := prov.Destroy(ctx, ws.AllocationID); err != nil {
-		return protocol.Errorf(protocol.CodeProviderFailed, "destroy allocation %s: %v", ws.AllocationID, err)
+	if err := s.destroySandbox(ctx, a); err != nil {
+		return err
 	}
 	// Runs the sandbox took with it can never report.
 	running, err := s.store.RunningRuns(ctx, ws.AllocationID)
@@ -277,7 +282,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	now := s.now()
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: newID("al_"), WorkspaceID: ws.ID, Provider: req.Provider, State: store.AllocStarting,
-		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
+		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now, PlacedOn: s.id, ReadyBy: s.readyBy(now)}
 	fail := func(err error) (api.Workspace, error) {
 		bg := context.WithoutCancel(ctx)
 		cur, _ := s.workspace(bg, ws.ID)
@@ -298,7 +303,7 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if err != nil {
 		return fail(err)
 	}
-	c, ok := s.hub.Get(alloc.ID)
+	c, ok := s.runnerOf(ctx, alloc.ID)
 	if !ok {
 		return fail(protocol.Errorf(protocol.CodeUnavailable, "the new runner disconnected"))
 	}

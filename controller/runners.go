@@ -76,6 +76,18 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if !s.members.Owning() {
+		// Its heartbeat lapsed: peers may be taking its runners over. The runner retries, through
+		// the balancer, on another.
+		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "controller %s is not acting as an owner: its heartbeat could not be written", s.id))
+		return
+	}
+	if alloc.Owner != "" && alloc.Owner != s.id {
+		if err := s.takeOver(r.Context(), alloc); err != nil {
+			s.refuseSecondRunner(w, r, alloc, err)
+			return
+		}
+	}
 	release, err := s.hub.Admit(alloc.ID, probeTimeout)
 	if err != nil {
 		s.refuseSecondRunner(w, r, alloc, err)
@@ -102,13 +114,13 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := s.ctx
-	if err := s.store.UpdateAllocation(ctx, alloc.ID, store.AllocConnected, hello.Root, hello.RunnerVersion); err != nil {
+	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
+	if err := s.ownAllocation(ctx, c); err != nil {
 		s.log.Error("record runner connection", "allocation", alloc.ID, "err", err)
 		return
 	}
 	s.reconcileRuns(ctx, alloc.ID, hello.Runs)
 	s.recordServices(ctx, alloc.WorkspaceID, hello.Services, true)
-	c := hub.NewConn(sess, alloc.ID, alloc.WorkspaceID, hello, version)
 	s.hub.Add(c)
 	if !s.routines.Go("runner ops "+alloc.ID, func(context.Context) { s.serveRunnerOps(c) }) {
 		// The controller is shutting down: the connection is not served, and closes below.
@@ -120,12 +132,7 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	case <-s.ctx.Done():
 	}
 	s.hub.Remove(c)
-	if _, live := s.hub.Get(alloc.ID); !live {
-		// Leave destroyed and failed allocations as they are.
-		if a, err := s.store.GetAllocation(context.Background(), alloc.ID); err == nil && a.State == store.AllocConnected {
-			_ = s.store.UpdateAllocation(context.Background(), alloc.ID, store.AllocDisconnected, "", "")
-		}
-	}
+	s.disownAllocation(alloc.ID)
 	s.log.Info("runner disconnected", "allocation", alloc.ID)
 }
 
@@ -134,8 +141,13 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 // (it retries) or someone who got hold of the runner's token.
 func (s *Server) refuseSecondRunner(w http.ResponseWriter, r *http.Request, alloc store.Allocation, err error) {
 	why := "its runner is connected and answering"
-	if errors.Is(err, hub.ErrAdmitting) {
+	switch {
+	case errors.Is(err, hub.ErrAdmitting):
 		why = "another connection of it is being set up"
+	case errors.Is(err, errOwnerLive):
+		why = "its runner is connected to controller " + alloc.Owner + " and answering there"
+	case !errors.Is(err, hub.ErrLive):
+		why = err.Error()
 	}
 	s.log.Warn("second runner connection refused", "allocation", alloc.ID, "workspace", alloc.WorkspaceID, "remote", r.RemoteAddr, "reason", why)
 	cause := fmt.Sprintf("runner connection from %s refused: allocation %s already has one (%s)", r.RemoteAddr, alloc.ID, why)

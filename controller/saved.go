@@ -78,7 +78,7 @@ func (s *Server) readSource(ctx context.Context, idOrName string) (fileSource, e
 	src := fileSource{ws: ws}
 	switch ws.State {
 	case api.StateReady, api.StateClosing:
-		if c, ok := s.hub.Get(ws.AllocationID); ok {
+		if c, ok := s.runnerOf(ctx, ws.AllocationID); ok {
 			src.conn = c
 			return src, nil
 		}

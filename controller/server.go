@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/peer"
 	"github.com/tetherhq/tether/controller/project"
 	"github.com/tetherhq/tether/controller/providers"
 	"github.com/tetherhq/tether/controller/savedcopy"
@@ -69,6 +70,14 @@ type Config struct {
 	// Runners bounds what one runner connection may make the controller hold (zero fields take
 	// defaults).
 	Runners RunnerLimits
+	// ControllerID names this controller in the cluster (default: kept in DATA/controller.id,
+	// made on first start).
+	ControllerID string
+	// PeerURL is the base URL other controllers reach this one on (default: the listen
+	// address).
+	PeerURL string
+	// Membership is the heartbeat timing (zero: peer.DefaultTiming).
+	Membership peer.Timing
 }
 
 // Server is a running controller.
@@ -92,6 +101,16 @@ type Server struct {
 	// sweep there, as a crash would.
 	gcStep   func(step string) error
 	dataLock *dataLock
+
+	// The cluster: this controller's id and membership, the secret peers authenticate with,
+	// tunnels to runners peers hold, and what this controller is provisioning.
+	id           string
+	members      *peer.Membership
+	peerSecret   string
+	peerHTTP     *http.Client
+	tunnels      tunnelCache
+	provisioning provisioning
+	hostLocals   hostLocalCache
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -144,6 +163,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}
+	if cfg.ControllerID == "" {
+		if cfg.ControllerID, err = loadControllerID(cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("controller id: %w", err)
+		}
+	}
+	if cfg.Membership == (peer.Timing{}) {
+		cfg.Membership = peer.DefaultTiming
+	}
 	st, err := sqlstore.Open(ctx, cfg.StoreURL, cfg.DataDir, sqlstore.WithClock(cfg.Clock))
 	if err != nil {
 		return nil, err
@@ -163,25 +190,31 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	secret, err := st.ClusterSecret(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
 	routines := routine.New(context.Background(), cfg.Logger)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
 		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		routines: routines, ctx: routines.Context(),
+		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{},
 	}
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
 	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, routines.Go)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
-	// process left.
-	if err := s.markDisconnected(ctx); err != nil {
+	// process left: the runners this controller held died with it, and reconnect on their own.
+	if _, err := st.DisownAllocations(ctx, s.id); err != nil {
 		st.Close()
 		routines.Stop()
 		return nil, err
 	}
-	if err := s.sweepBlobs(ctx); err != nil {
+	if err := s.sweepBlobsOnce(ctx); err != nil {
 		s.log.Warn("blob sweep", "err", err)
 	}
 	// A base clone removal a crash interrupted is finished here, before any request runs.
@@ -202,6 +235,10 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
 	})
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
+	mux.Handle("GET /internal/v1/allocations/{id}/tunnel", s.requirePeer(http.HandlerFunc(s.handleTunnel)))
+	mux.Handle("POST /internal/v1/allocations/{id}/evict", s.requirePeer(http.HandlerFunc(s.handleEvict)))
+	mux.Handle("POST /internal/v1/allocations/{id}/stop", s.requirePeer(s.handleSandboxOp(sandboxStop)))
+	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.requirePeer(s.handleSandboxOp(sandboxDestroy)))
 
 	op := http.NewServeMux()
 	op.HandleFunc("GET /v1/providers", s.handleListProviders)
@@ -249,7 +286,7 @@ func (s *Server) Handler() http.Handler {
 	op.HandleFunc("PUT "+files, s.handleFilesPut)
 	op.HandleFunc("DELETE "+files, s.handleFilesDelete)
 	op.HandleFunc("POST "+files, s.handleFilesPost)
-	mux.Handle("/v1/", s.requireOperator(op))
+	mux.Handle("/v1/", s.peerOrOperator(s.requireOperator(op), op))
 	return mux
 }
 
@@ -264,6 +301,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.advertise = "http://" + l.Addr().String()
 	}
 
+	peerURL := firstNonEmpty(s.cfg.PeerURL, "http://"+l.Addr().String())
+	s.members = peer.NewMembership(s.store, store.Member{ID: s.id, Address: peerURL, Version: s.cfg.Version, StartedAt: s.now()},
+		s.cfg.Membership, s.cfg.Clock, s.log)
+	if err := s.members.Beat(ctx); err != nil {
+		s.log.Warn("first heartbeat", "err", err)
+	}
+	s.routines.Go("heartbeat", func(ctx context.Context) { s.members.Run(ctx, s.dropRunners) })
+	s.routines.Go("cluster upkeep", s.upkeep)
+
 	s.serveRunnerSocket()
 	errc := make(chan error, 1)
 	srv := s.cfg.HTTP.server(s.Handler(), s.ctx)
@@ -272,7 +318,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		l.Close()
 		errc <- errors.New("controller: Serve after shutdown")
 	}
-	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir)
+	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir, "id", s.id, "peer", peerURL)
 	if s.cfg.GCInterval > 0 {
 		s.routines.Go("gc loop", func(ctx context.Context) { s.gcLoop(ctx, s.cfg.GCInterval, s.cfg.GCGrace) })
 	}
@@ -299,6 +345,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 func (s *Server) stopRoutines() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
+	// Tunnels are served by peers; closing them ends this controller's operations through them.
+	defer s.tunnels.closeAll()
 	if err := s.routines.StopContext(ctx); err != nil {
 		// Still waited for: a provisioning routine may be destroying a sandbox it made, and
 		// closing the plugins under it would leak the sandbox. The log says what it waits for.
@@ -332,27 +380,6 @@ func shutdownHTTP(srv *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownWait)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
-}
-
-// markDisconnected resets the connection state a previous controller process left: its runners'
-// sockets died with it, and they will reconnect on their own.
-func (s *Server) markDisconnected(ctx context.Context) error {
-	ws, err := s.store.ListWorkspaces(ctx, false)
-	if err != nil {
-		return err
-	}
-	for _, w := range ws {
-		a, err := s.store.GetAllocation(ctx, w.AllocationID)
-		if err != nil {
-			continue
-		}
-		if a.State == store.AllocConnected {
-			if err := s.store.UpdateAllocation(ctx, a.ID, store.AllocDisconnected, "", ""); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // providerFor returns the named provider plugin, loading it on first use.

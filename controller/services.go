@@ -218,7 +218,7 @@ func (s *Server) servicesChecked(ctx context.Context, idOrName string) ([]api.Se
 	if err != nil {
 		return nil, nil, err
 	}
-	c, ok := s.hub.Get(ws.AllocationID)
+	c, ok := s.runnerOf(ctx, ws.AllocationID)
 	if !ok || ws.State != api.StateReady {
 		list, err := s.store.ListServices(ctx, ws.ID)
 		return list, nil, err
@@ -326,6 +326,10 @@ func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 	ws, err := s.workspace(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	// A local sandbox's endpoint is on its host's loopback: checked and answered there.
+	if s.forwardToPlacement(w, r, ws) {
 		return
 	}
 	name := r.PathValue("name")

@@ -45,9 +45,9 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 // captureOnce is one capture attempt of ws from its connected runner (ready, or closing); see
 // captureWorkspace.
 func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
-	c, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		return api.Snapshot{}, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
+	c, err := s.reach(ctx, ws.AllocationID)
+	if err != nil {
+		return api.Snapshot{}, err
 	}
 	prev, err := s.store.ListSnapshots(ctx, ws.ID)
 	if err != nil {

@@ -83,7 +83,8 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
-		State: store.AllocStarting, BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now}
+		State: store.AllocStarting, BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now,
+		PlacedOn: s.id, ReadyBy: s.readyBy(now)}
 	if err := s.store.CreateWorkspace(ctx, ws, alloc); err != nil {
 		return api.Workspace{}, err
 	}
@@ -154,6 +155,9 @@ func (s *Server) startAllocation(ctx context.Context, prov provider.Provider, ws
 
 // startAllocationWith is startAllocation with provider options for the new sandbox.
 func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider, ws api.Workspace, token string, opts map[string]string) error {
+	// The ready deadline is this routine's to enforce while it runs (the cluster's once it is
+	// gone: failOverdue).
+	defer s.provisioning.begin(ws.AllocationID)()
 	fail := func(reason string) error {
 		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocFailed, "", "")
 		// A failed Create leaves nothing behind (not_found); anything it did start is stopped.
@@ -180,7 +184,7 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	c, err := s.hub.Wait(waitCtx, ws.AllocationID)
+	c, err := s.waitRunner(waitCtx, ws.AllocationID)
 	if err != nil {
 		return fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
 	}
@@ -213,7 +217,7 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 	if err != nil {
 		return ws, err
 	}
-	_, ws.Connected = s.hub.Get(ws.AllocationID)
+	ws.Connected = s.connected(ctx, ws.AllocationID)
 	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
 		s.log.Warn("read allocation info", "allocation", ws.AllocationID, "err", err)
 	} else if len(info) > 0 {
@@ -229,7 +233,7 @@ func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for i := range list {
-		_, list[i].Connected = s.hub.Get(list[i].AllocationID)
+		list[i].Connected = s.connected(r.Context(), list[i].AllocationID)
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -306,11 +310,7 @@ func (s *Server) runnerFor(ctx context.Context, idOrName string) (*hub.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	c, ok := s.hub.Get(ws.AllocationID)
-	if !ok {
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
-	}
-	return c, nil
+	return s.reach(ctx, ws.AllocationID)
 }
 
 // handleTreeImport streams a tar body (optionally zstd) into the workspace through the runner,

@@ -14,13 +14,14 @@ import (
 )
 
 type serveFlags struct {
-	listen, advertise, pluginDir, runnerBin, provider string
-	blobs, snapshotKey, encrypt, store                string
-	readyTimeout, sweepGrace, gcInterval, gcGrace     time.Duration
-	maxFileSize                                       int64
-	providerConfig                                    []string
-	http                                              controller.HTTPLimits
-	runners                                           controller.RunnerLimits
+	listen, advertise, peerURL, pluginDir, runnerBin string
+	provider                                         string
+	blobs, snapshotKey, encrypt, store               string
+	readyTimeout, sweepGrace, gcInterval, gcGrace    time.Duration
+	maxFileSize                                      int64
+	providerConfig                                   []string
+	http                                             controller.HTTPLimits
+	runners                                          controller.RunnerLimits
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -49,7 +50,8 @@ func newServeCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address to listen on")
-	cmd.Flags().StringVar(&f.advertise, "advertise-url", "", "base URL runners dial (default http://LISTEN)")
+	cmd.Flags().StringVar(&f.advertise, "advertise-url", "", "base URL runners dial (default http://LISTEN); behind a load balancer, the balancer's")
+	cmd.Flags().StringVar(&f.peerURL, "peer-url", "", "base URL the other controllers sharing the store reach this one on (default http://LISTEN)")
 	cmd.Flags().StringVar(&f.pluginDir, "plugin-dir", "", "directory of tether-provider-* plugins (default: next to tether)")
 	cmd.Flags().StringVar(&f.runnerBin, "runner-bin", "", "tether-runner binary handed to providers (default: next to tether)")
 	cmd.Flags().StringVar(&f.provider, "default-provider", "local", "provider used when a workspace names none")
@@ -95,7 +97,7 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		RunnerBinary: firstNonEmpty(f.runnerBin, filepath.Join(binDir, "tether-runner")),
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
-		MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
+		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")

@@ -32,6 +32,10 @@ func (c *Conn) Done() <-chan struct{} { return c.sess.CloseChan() }
 // Accept waits for a stream the runner opens (runner-initiated operations).
 func (c *Conn) Accept() (*yamux.Stream, error) { return c.sess.AcceptStream() }
 
+// OpenStream opens a raw stream on the runner's session, for a peer's tunnel to splice an
+// operation onto (its header comes from the peer).
+func (c *Conn) OpenStream() (*yamux.Stream, error) { return c.sess.OpenStream() }
+
 // Close drops the connection; the runner will try to reconnect.
 func (c *Conn) Close() error { return c.sess.Close() }
 
@@ -187,6 +191,19 @@ func (h *Hub) dropWaiter(allocationID string, ch chan struct{}) {
 		delete(h.waiters, allocationID)
 	} else {
 		h.waiters[allocationID] = ws
+	}
+}
+
+// CloseAll closes every connection.
+func (h *Hub) CloseAll() {
+	h.mu.Lock()
+	conns := make([]*Conn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
 	}
 }
 

@@ -59,7 +59,7 @@ func (p *Provider) Info(context.Context) (provider.Info, error) {
 		Name:    Name,
 		Version: p.version,
 		Capabilities: []string{"exec", "files", provider.CapStart, provider.CapStop,
-			provider.CapEndpoint, provider.CapInstallRunner},
+			provider.CapEndpoint, provider.CapInstallRunner, provider.CapHostLocal},
 		ConfigSchema: options.Schema(),
 	}, nil
 }

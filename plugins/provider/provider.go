@@ -113,6 +113,9 @@ const (
 	CapInstallRunner = "install_runner"
 	CapResources     = "resources" // Resources are enforced
 	CapIsolation     = "isolation" // the sandbox is isolated from the host
+	// CapHostLocal: a sandbox lives on the host of the controller that made it, and only that
+	// controller can stop, destroy or export it (in a cluster, others forward to it).
+	CapHostLocal = "host_local"
 )
 
 // Base is what every plugin answers: who it is and how it is configured.
