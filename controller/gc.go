@@ -273,7 +273,8 @@ func (s *Server) sweepBlobsOnce(ctx context.Context) error {
 // about to write the receipt of a fresh one.
 func (s *Server) sweepBlobs(ctx context.Context) error {
 	grace := s.cfg.SweepGrace
-	if _, err := s.blobs.SweepTemporaries(ctx, grace); err != nil {
+	// nil until the upload tracker is wired in: every temporary older than the grace is swept.
+	if _, err := s.blobs.SweepTemporaries(ctx, grace, nil); err != nil {
 		return err
 	}
 	keep, err := s.store.SnapshotObjectKeys(ctx)

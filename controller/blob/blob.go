@@ -40,11 +40,63 @@ type Store interface {
 	// temporaries.
 	List(ctx context.Context, prefix string) ([]Info, error)
 	// SweepTemporaries removes temporary objects older than olderThan and aborts incomplete
-	// multipart uploads started before then (the startup garbage sweep). It returns how many
-	// temporaries and uploads it removed.
-	SweepTemporaries(ctx context.Context, olderThan time.Duration) (int, error)
+	// multipart uploads started before then (the startup garbage sweep), except those of a
+	// temporary for which live reports true: a temporary's age says nothing about whether the
+	// Put writing it (another controller's, on a shared store) is still running, so the caller
+	// says which are (see UploadTracker for the keys live is given). live may be nil: nothing is
+	// live. It returns how many temporaries and uploads it removed.
+	SweepTemporaries(ctx context.Context, olderThan time.Duration, live func(key string) bool) (int, error)
 	// String is the store's URL form for logs, without secrets.
 	String() string
+}
+
+// UploadTracker is told of every temporary a Put writes, for as long as it writes it, so that
+// controllers sharing a store can tell a running upload from one a crashed Put left behind and
+// keep their sweeps (SweepTemporaries' live) off the running ones.
+type UploadTracker interface {
+	// Begin is called right before Put creates the temporary key, and the done it returns once
+	// the temporary is gone or its object committed, on every path (success, failure, cancel),
+	// exactly once. A Put that fails before it would create a temporary calls neither. key is the
+	// temporary's full name as SweepTemporaries lists it and passes it to live: for an S3 store
+	// the object's name in the bucket, the store's prefix included ("PREFIX/.tmp/RANDOM", or
+	// ".tmp/RANDOM" without a prefix; its incomplete multipart uploads have the same key); for a
+	// directory store the temporary file's absolute path ("DIR/.tmp/RANDOM"). RANDOM is 32 hex
+	// digits, fresh for each Put, so a key names one Put. Begin runs on the Put's goroutine and
+	// delays it: it should return promptly.
+	Begin(key string) (done func())
+}
+
+// Option configures a store at Open.
+type Option func(*options)
+
+type options struct {
+	tracker UploadTracker
+}
+
+// WithUploadTracker has every Put report its temporary to t (nil: to no one).
+func WithUploadTracker(t UploadTracker) Option {
+	return func(o *options) { o.tracker = t }
+}
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// begin reports a temporary to the tracker, if any; the result is the done to call.
+func (o options) begin(key string) (done func()) {
+	if o.tracker == nil {
+		return func() {}
+	}
+	return o.tracker.Begin(key)
+}
+
+// isLive is live(key), with a nil live meaning nothing is live.
+func isLive(live func(string) bool, key string) bool {
+	return live != nil && live(key)
 }
 
 // Error codes, the same strings as the wire protocol's (protocol.Code) so they cross unchanged.
@@ -250,15 +302,15 @@ func (s *source) check(key string, stored int64, want string) (string, error) {
 //	s3://BUCKET[/PREFIX]?endpoint=HOST:PORT&region=R&insecure=true&part_size_mib=32&max_retries=10
 //
 // S3 credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
-func Open(ctx context.Context, rawURL string, defaultDir string) (Store, error) {
+func Open(ctx context.Context, rawURL string, defaultDir string, opts ...Option) (Store, error) {
 	if rawURL == "" {
 		if defaultDir == "" {
 			return nil, errorf(CodeInvalidArgument, nil, "no blob store URL and no default directory")
 		}
-		return OpenDir(defaultDir)
+		return OpenDir(defaultDir, opts...)
 	}
 	if strings.HasPrefix(rawURL, "/") {
-		return OpenDir(rawURL)
+		return OpenDir(rawURL, opts...)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -272,9 +324,9 @@ func Open(ctx context.Context, rawURL string, defaultDir string) (Store, error) 
 		if u.RawQuery != "" || !filepath.IsAbs(u.Path) {
 			return nil, errorf(CodeInvalidArgument, nil, "blob store URL %q: want file:///absolute/dir", rawURL)
 		}
-		return OpenDir(u.Path)
+		return OpenDir(u.Path, opts...)
 	case "s3":
-		return openS3(ctx, u)
+		return openS3(ctx, u, collect(opts))
 	default:
 		return nil, errorf(CodeInvalidArgument, nil, "blob store URL %q: scheme must be file or s3", rawURL)
 	}

@@ -17,10 +17,11 @@ import (
 // dirStore keeps each object as a file DIR/KEY; temporaries live in DIR/.tmp/.
 type dirStore struct {
 	dir string
+	options
 }
 
 // OpenDir opens (creating, mode 0700) a directory store.
-func OpenDir(dir string) (Store, error) {
+func OpenDir(dir string, opts ...Option) (Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, errorf(CodeInvalidArgument, err, "blob directory %q", dir)
@@ -31,7 +32,7 @@ func OpenDir(dir string) (Store, error) {
 	if err := os.Chmod(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("blob directory: %w", err)
 	}
-	return &dirStore{dir: abs}, nil
+	return &dirStore{dir: abs, options: collect(opts)}, nil
 }
 
 func (s *dirStore) String() string { return "file://" + s.dir }
@@ -52,6 +53,9 @@ func (s *dirStore) Put(ctx context.Context, key string, r io.Reader, want string
 		return Info{}, err
 	}
 	tmp := filepath.Join(s.dir, tmpDir, randomName())
+	// The sweep here is local, but the tracker's contract is the same as for S3. Deferred first,
+	// done runs last: after the cleanup below has removed the temporary.
+	defer s.begin(tmp)()
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return Info{}, fmt.Errorf("blob put %s: %w", key, err)
@@ -237,8 +241,9 @@ func (s *dirStore) List(ctx context.Context, prefix string) ([]Info, error) {
 	return out, nil
 }
 
-// SweepTemporaries removes files in DIR/.tmp last modified more than olderThan ago.
-func (s *dirStore) SweepTemporaries(ctx context.Context, olderThan time.Duration) (int, error) {
+// SweepTemporaries removes files in DIR/.tmp last modified more than olderThan ago, but not the
+// live ones (live is given DIR/.tmp/NAME, the path Put gave its tracker).
+func (s *dirStore) SweepTemporaries(ctx context.Context, olderThan time.Duration, live func(key string) bool) (int, error) {
 	cutoff := time.Now().Add(-olderThan)
 	dir := filepath.Join(s.dir, tmpDir)
 	entries, err := os.ReadDir(dir)
@@ -250,11 +255,11 @@ func (s *dirStore) SweepTemporaries(ctx context.Context, olderThan time.Duration
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
+		p := filepath.Join(dir, e.Name())
 		fi, err := e.Info()
-		if err != nil || fi.ModTime().After(cutoff) {
+		if err != nil || fi.ModTime().After(cutoff) || isLive(live, p) {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
 		if e.IsDir() {
 			err = os.RemoveAll(p)
 		} else {

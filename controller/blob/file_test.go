@@ -29,26 +29,33 @@ func TestDirStore(t *testing.T) {
 			}
 			return s
 		},
-		blobtest.Leftovers(func(t *testing.T, s blob.Store) []string {
-			entries, err := os.ReadDir(filepath.Join(dirOf(t, s), ".tmp"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []string
-			for _, e := range entries {
-				out = append(out, ".tmp/"+e.Name())
-			}
-			return out
-		}),
-		blobtest.Plant(func(t *testing.T, s blob.Store) {
-			f, err := os.CreateTemp(filepath.Join(dirOf(t, s), ".tmp"), "crashed-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = f.WriteString("half an archive")
-			f.Close()
-		}),
+		blobtest.Leftovers(dirLeftovers), blobtest.Plant(dirPlant),
 	)
+}
+
+// dirLeftovers lists the files in the store's .tmp/.
+func dirLeftovers(t *testing.T, s blob.Store) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dirOf(t, s), ".tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, ".tmp/"+e.Name())
+	}
+	return out
+}
+
+// dirPlant leaves what a controller killed mid-Put leaves: a half-written temporary.
+func dirPlant(t *testing.T, s blob.Store) {
+	t.Helper()
+	f, err := os.CreateTemp(filepath.Join(dirOf(t, s), ".tmp"), "crashed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("half an archive")
+	f.Close()
 }
 
 func TestDirStoreLayout(t *testing.T) {

@@ -38,11 +38,12 @@ type s3Store struct {
 	prefix   string // "" or "a/b/" (with the slash)
 	partSize uint64
 	url      string
+	options
 }
 
 // openS3 parses s3://BUCKET[/PREFIX]?endpoint=HOST:PORT&region=R&insecure=true&part_size_mib=N
 // &max_retries=N and checks that the bucket exists.
-func openS3(ctx context.Context, u *url.URL) (Store, error) {
+func openS3(ctx context.Context, u *url.URL, opts options) (Store, error) {
 	bad := func(format string, args ...any) error {
 		return errorf(CodeInvalidArgument, nil, "blob store URL %s: %s", redact(u), fmt.Sprintf(format, args...))
 	}
@@ -111,7 +112,7 @@ func openS3(ctx context.Context, u *url.URL) (Store, error) {
 		return nil, bad("%v", err)
 	}
 	s := &s3Store{c: c, core: minio.Core{Client: c}, bucket: bucket, prefix: prefix,
-		partSize: partMiB << 20, url: redact(u)}
+		partSize: partMiB << 20, url: redact(u), options: opts}
 	ok, err := c.BucketExists(ctx, bucket)
 	if err != nil {
 		return nil, s.storeErr(ctx, err, "open: bucket %s", bucket)
@@ -165,6 +166,10 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, want string)
 	}
 	tmp := s.tmpPrefix() + randomName()
 	final := s.object(key)
+	// While the tracker holds tmp, other controllers' sweeps leave it and its upload alone, however
+	// long the upload runs. Deferred first, done runs last: after the cleanup below has removed
+	// the temporary and aborted its upload (or after the commit's own removal on success).
+	defer s.begin(tmp)()
 	committed := false
 	defer func() {
 		if !committed {
@@ -210,7 +215,7 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, want string)
 		_, err = s.c.ComposeObject(ctx, dst, srcOpts)
 		if err != nil {
 			cctx, cancel := cleanupContext(ctx)
-			_, _ = s.abortUploads(cctx, final, true, time.Time{})
+			_, _ = s.abortUploads(cctx, final, true, time.Time{}, nil)
 			cancel()
 		}
 	}
@@ -247,7 +252,7 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func (s *s3Store) removeTemp(ctx context.Context, tmp string) (int, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	n, err := s.abortUploads(ctx, tmp, true, time.Time{})
+	n, err := s.abortUploads(ctx, tmp, true, time.Time{}, nil)
 	if rerr := s.c.RemoveObject(ctx, s.bucket, tmp, minio.RemoveObjectOptions{}); rerr != nil {
 		err = errors.Join(err, rerr)
 	} else {
@@ -257,8 +262,9 @@ func (s *s3Store) removeTemp(ctx context.Context, tmp string) (int, error) {
 }
 
 // abortUploads aborts the incomplete multipart uploads of exactly object, or with exact false of
-// every object under that prefix, started before `before` unless it is zero.
-func (s *s3Store) abortUploads(ctx context.Context, object string, exact bool, before time.Time) (int, error) {
+// every object under that prefix, started before `before` unless it is zero, except the uploads
+// of keys live reports true for (nil: none).
+func (s *s3Store) abortUploads(ctx context.Context, object string, exact bool, before time.Time, live func(string) bool) (int, error) {
 	n := 0
 	var errs []error
 	for u := range s.c.ListIncompleteUploads(ctx, s.bucket, object, true) {
@@ -266,7 +272,7 @@ func (s *s3Store) abortUploads(ctx context.Context, object string, exact bool, b
 			errs = append(errs, u.Err)
 			break
 		}
-		if exact && u.Key != object || !before.IsZero() && !u.Initiated.Before(before) {
+		if exact && u.Key != object || !before.IsZero() && !u.Initiated.Before(before) || isLive(live, u.Key) {
 			continue
 		}
 		if err := s.core.AbortMultipartUpload(ctx, s.bucket, u.Key, u.UploadID); err != nil {
@@ -349,10 +355,12 @@ func (s *s3Store) List(ctx context.Context, prefix string) ([]Info, error) {
 // SweepTemporaries removes temporaries older than olderThan with their incomplete uploads, then
 // aborts any other incomplete upload to a temporary key started before then (where the server
 // lists uploads by prefix; MinIO lists them only by exact key, and expires stale ones itself).
-// Uploads to other keys are left alone: the bucket may be shared. A multipart copy (> 5 GiB) that
-// failed and could not be aborted is left to the bucket's AbortIncompleteMultipartUpload
-// lifecycle rule (or MinIO's stale-upload expiry).
-func (s *s3Store) SweepTemporaries(ctx context.Context, olderThan time.Duration) (int, error) {
+// Temporaries live reports true for (their full object names, as Put gave its tracker) and their
+// uploads are left alone: their Puts are running, perhaps on another controller. Uploads to other
+// keys are left alone: the bucket may be shared. A multipart copy (> 5 GiB) that failed and could
+// not be aborted is left to the bucket's AbortIncompleteMultipartUpload lifecycle rule (or
+// MinIO's stale-upload expiry).
+func (s *s3Store) SweepTemporaries(ctx context.Context, olderThan time.Duration, live func(key string) bool) (int, error) {
 	cutoff := time.Now().Add(-olderThan)
 	n := 0
 	var errs []error
@@ -360,7 +368,7 @@ func (s *s3Store) SweepTemporaries(ctx context.Context, olderThan time.Duration)
 		if o.Err != nil {
 			return n, s.storeErr(ctx, o.Err, "sweep")
 		}
-		if o.LastModified.After(cutoff) {
+		if o.LastModified.After(cutoff) || isLive(live, o.Key) {
 			continue
 		}
 		k, err := s.removeTemp(ctx, o.Key)
@@ -369,7 +377,7 @@ func (s *s3Store) SweepTemporaries(ctx context.Context, olderThan time.Duration)
 			errs = append(errs, err)
 		}
 	}
-	k, err := s.abortUploads(ctx, s.tmpPrefix(), false, cutoff)
+	k, err := s.abortUploads(ctx, s.tmpPrefix(), false, cutoff, live)
 	n += k
 	if err != nil {
 		errs = append(errs, err)

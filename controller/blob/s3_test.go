@@ -34,11 +34,11 @@ func newS3Env(t *testing.T) *s3Env {
 }
 
 // open makes a store in a fresh bucket, under a prefix, through the proxy, with 5 MiB parts.
-func (e *s3Env) open(t *testing.T, params string) blob.Store {
+func (e *s3Env) open(t *testing.T, params string, opts ...blob.Option) blob.Store {
 	t.Helper()
 	bucket := e.srv.NewBucket(t)
 	u := "s3://" + bucket + "/snap/shots?endpoint=" + e.proxy.Addr + "&insecure=true&part_size_mib=5&" + params
-	s, err := blob.Open(context.Background(), u, "")
+	s, err := blob.Open(context.Background(), u, "", opts...)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", u, err)
 	}

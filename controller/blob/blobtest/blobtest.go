@@ -438,7 +438,7 @@ func (s *suite) sweep(t *testing.T) {
 	st := s.open(t)
 	ctx := context.Background()
 	s.mustPut(t, st, "keep/me", []byte("committed"))
-	if n, err := st.SweepTemporaries(ctx, 0); err != nil || n != 0 {
+	if n, err := st.SweepTemporaries(ctx, 0, nil); err != nil || n != 0 {
 		t.Fatalf("SweepTemporaries on a clean store = %d, %v", n, err)
 	}
 	if s.plant != nil {
@@ -447,11 +447,19 @@ func (s *suite) sweep(t *testing.T) {
 		if len(s.leftovers(t, st)) == 0 {
 			t.Fatal("Plant left nothing that Leftovers sees")
 		}
-		if n, err := st.SweepTemporaries(ctx, time.Hour); err != nil || n != 0 {
+		if n, err := st.SweepTemporaries(ctx, time.Hour, nil); err != nil || n != 0 {
 			t.Fatalf("SweepTemporaries(1h) removed %d fresh temporaries, %v", n, err)
 		}
 		time.Sleep(50 * time.Millisecond)
-		n, err := st.SweepTemporaries(ctx, 10*time.Millisecond)
+		left := s.leftovers(t, st)
+		everything := func(string) bool { return true }
+		if n, err := st.SweepTemporaries(ctx, 10*time.Millisecond, everything); err != nil || n != 0 {
+			t.Fatalf("SweepTemporaries with every temporary live removed %d, %v", n, err)
+		}
+		if after := s.leftovers(t, st); len(after) != len(left) {
+			t.Fatalf("SweepTemporaries with every temporary live: %q left of %q", after, left)
+		}
+		n, err := st.SweepTemporaries(ctx, 10*time.Millisecond, nil)
 		if err != nil || n < 2 {
 			t.Fatalf("SweepTemporaries = %d, %v; want at least the 2 planted", n, err)
 		}
