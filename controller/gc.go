@@ -274,7 +274,13 @@ func (s *Server) sweepBlobsOnce(ctx context.Context) error {
 func (s *Server) sweepBlobs(ctx context.Context) error {
 	grace := s.cfg.SweepGrace
 	// nil until the upload tracker is wired in: every temporary older than the grace is swept.
-	if _, err := s.blobs.SweepTemporaries(ctx, grace, nil); err != nil {
+	// Temporaries of uploads still running anywhere in the cluster are left alone, whatever
+	// their age: only their heartbeat says whether they are alive.
+	live, err := s.uploads.live(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := s.blobs.SweepTemporaries(ctx, grace, live); err != nil {
 		return err
 	}
 	keep, err := s.store.SnapshotObjectKeys(ctx)

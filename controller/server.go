@@ -111,6 +111,7 @@ type Server struct {
 	tunnels      tunnelCache
 	provisioning provisioning
 	hostLocals   hostLocalCache
+	uploads      *uploadTracker // heartbeats of this controller's running uploads
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -175,7 +176,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := blob.Open(ctx, cfg.BlobsURL, filepath.Join(cfg.DataDir, "blobs"))
+	uploads := newUploadTracker(st, cfg.ControllerID, cfg.Clock, cfg.Logger)
+	blobs, err := blob.Open(ctx, cfg.BlobsURL, filepath.Join(cfg.DataDir, "blobs"), blob.WithUploadTracker(uploads))
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
@@ -201,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		routines: routines, ctx: routines.Context(),
-		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{},
+		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
 	}
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
