@@ -39,18 +39,25 @@ func (s *Server) takeOver(ctx context.Context, a store.Allocation) error {
 		s.log.Info("taking over a runner from a controller whose heartbeat expired", "allocation", a.ID, "from", m.ID, "heartbeat", m.HeartbeatAt)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout+2*time.Second)
+	// The owner pings its connection for up to probeTimeout; an owner cut off from this one
+	// (a partition: no answer, not even a refusal) is given a second more.
+	reqCtx, cancel := context.WithTimeout(ctx, probeTimeout+time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Address+evictPath(a.ID), nil)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, m.Address+evictPath(a.ID), nil)
 	if err != nil {
 		return err
 	}
 	s.authorizePeer(req.Header)
 	resp, err := s.peerHTTP.Do(req)
 	if err != nil {
-		// Alive by its heartbeat but unreachable from here: the runner tries again, and either
-		// the owner answers or its heartbeat expires.
-		return protocol.Errorf(protocol.CodeUnavailable, "controller %s holds the runner and cannot be asked to give it up: %v", m.ID, err)
+		// Alive by its heartbeat but unreachable: most often it just died (kill -9, a lost
+		// host). Its heartbeat expires within the TTL; the runner's connection waits for that
+		// here rather than retrying blind, so it is taken over as soon as it may be.
+		if werr := s.awaitExpiry(ctx, m.ID); werr != nil {
+			return protocol.Errorf(protocol.CodeUnavailable, "controller %s holds the runner and cannot be asked to give it up: %v", m.ID, err)
+		}
+		s.log.Info("taking over a runner from a controller that stopped answering and whose heartbeat then expired", "allocation", a.ID, "from", m.ID)
+		return nil
 	}
 	resp.Body.Close()
 	switch resp.StatusCode {
@@ -60,6 +67,28 @@ func (s *Server) takeOver(ctx context.Context, a store.Allocation) error {
 		return errOwnerLive
 	}
 	return protocol.Errorf(protocol.CodeUnavailable, "controller %s holds the runner and answered %s to giving it up", m.ID, resp.Status)
+}
+
+// awaitExpiry waits until the member's heartbeat expired (nil) or, within the TTL, it beat again
+// or ctx ended (an error).
+func (s *Server) awaitExpiry(ctx context.Context, id string) error {
+	timing := s.members.Timing()
+	ctx, cancel := context.WithTimeout(ctx, timing.TTL+timing.Interval)
+	defer cancel()
+	for {
+		m, err := s.store.GetMember(ctx, id)
+		if protocol.CodeOf(err) == protocol.CodeNotFound || (err == nil && !s.members.Alive(m)) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-s.cfg.Clock.After(timing.Interval / 2):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // handleEvict gives up this controller's connection to an allocation's runner if it is dead (it

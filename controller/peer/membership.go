@@ -22,7 +22,7 @@ type Timing struct {
 }
 
 // DefaultTiming is the timing controllers use unless configured otherwise.
-var DefaultTiming = Timing{Interval: time.Second, TTL: 6 * time.Second, Lapse: 4 * time.Second}
+var DefaultTiming = Timing{Interval: 500 * time.Millisecond, TTL: 3 * time.Second, Lapse: 2 * time.Second}
 
 // Membership is one controller's part in the cluster: its heartbeat, and its view of the others'.
 type Membership struct {
