@@ -57,6 +57,9 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		// Projects
 		{"Projects", plain(testProjects)},
 		{"ProjectWorkspaces", plain(testProjectWorkspaces)},
+		// Tokens
+		{"Tokens", plain(testTokens)},
+		{"TokenHashUnique", plain(testTokenHashUnique)},
 		// Every role's lookups of missing records
 		{"NotFound", plain(testNotFound)},
 	}
