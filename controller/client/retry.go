@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,6 +162,13 @@ func newReplayBody(r io.Reader, contentLength int64) *replayBody {
 		io.ReaderAt
 		io.Seeker
 	}:
+		if f, ok := r.(*os.File); ok {
+			// Only a regular file is read again as it was: a device may seek fine and read
+			// differently every time.
+			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+				break
+			}
+		}
 		start, err1 := v.Seek(0, io.SeekCurrent)
 		end, err2 := v.Seek(0, io.SeekEnd)
 		_, err3 := v.Seek(start, io.SeekStart)
@@ -173,8 +181,8 @@ func newReplayBody(r io.Reader, contentLength int64) *replayBody {
 			// abandoned attempt's body cannot move the next attempt's position.
 			return &replayBody{file: v, start: start, size: size}
 		}
-		// Not seekable after all (a pipe): a stream.
 	}
+	// Not seekable after all (a pipe), or not a regular file: a stream.
 	return &replayBody{stream: r}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -257,7 +258,7 @@ func TestBackoffGrowsWithJitter(t *testing.T) {
 type onlyReader struct{ io.Reader }
 
 // A stream the controller began to read is not sent again: its start is gone. A body in memory
-// or a file is, whole.
+// or a regular file is, whole (from where the file was when the call began).
 func TestStreamBodyNotReplayed(t *testing.T) {
 	var bodies []string
 	var calls atomic.Int32
@@ -287,6 +288,27 @@ func TestStreamBodyNotReplayed(t *testing.T) {
 	}, nil)
 	if err != nil || strings.Join(bodies, ",") != "memory,memory" {
 		t.Fatalf("memory: %v with bodies %q; want the whole body twice", err, bodies)
+	}
+
+	f, err := os.CreateTemp(t.TempDir(), "body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("skipped;file"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(int64(len("skipped;")), io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	bodies = nil
+	calls.Store(0)
+	_, err = drive(t, clock, func() error {
+		_, err := c.WriteFile(context.Background(), "one", "f", f, WriteOptions{})
+		return err
+	}, nil)
+	if err != nil || strings.Join(bodies, ",") != "file,file" {
+		t.Fatalf("file: %v with bodies %q; want the rest of the file twice", err, bodies)
 	}
 }
 
