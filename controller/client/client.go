@@ -29,8 +29,9 @@ type Client struct {
 // headerEpoch is controller.HeaderEpoch.
 const headerEpoch = "X-Tether-Epoch"
 
-// headerIdempotencyKey marks a request that may be repeated: the controller answers a repeat with
-// the first answer. net/http's own transport treats it the same way.
+// headerIdempotencyKey on a POST says its sender vouches that a repeat does no harm, so it is
+// retried like an idempotent call (net/http's own transport reads it the same way). No call of
+// this client sets one yet: the controller does not record answers by key.
 const headerIdempotencyKey = "Idempotency-Key"
 
 // WithEpoch returns a client whose calls claim the writer epoch e (from a lease).
