@@ -107,7 +107,7 @@ func (s *Server) handleArtifactList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleArtifactShow(w http.ResponseWriter, r *http.Request) {
-	a, err := s.store.GetArtifact(r.Context(), r.PathValue("id"))
+	a, err := s.artifact(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -119,6 +119,10 @@ func (s *Server) handleArtifactShow(w http.ResponseWriter, r *http.Request) {
 // aborted at its next revocation check.
 func (s *Server) handleArtifactRevoke(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if _, err := s.artifact(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
 	a, err := s.store.RevokeArtifact(r.Context(), id, s.now())
 	if err != nil {
 		writeError(w, err)

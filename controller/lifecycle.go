@@ -334,11 +334,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRunShow(w http.ResponseWriter, r *http.Request) {
-	if err := expectKind(r.PathValue("id"), "run_"); err != nil {
-		writeError(w, err)
-		return
-	}
-	run, err := s.store.GetRun(r.Context(), r.PathValue("id"))
+	run, err := s.run(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/tetherhq/tether/controller/api"
 )
@@ -33,11 +34,19 @@ func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if p := principalOf(r.Context()); p.limited() {
+		mine, err := s.visibleProjects(r.Context(), p)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		list = slices.DeleteFunc(list, func(proj api.Project) bool { return !mine[proj.ID] })
+	}
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) {
-	p, err := s.projects.Get(r.Context(), r.PathValue("id"))
+	p, err := s.project(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -227,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// OperatorToken is the token every REST call must carry.
+// OperatorToken is the local bootstrap credential of the REST API (API tokens are the others).
 func (s *Server) OperatorToken() string { return s.operatorToken }
 
 // Handler is the controller's HTTP API.
@@ -243,53 +243,68 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.requirePeer(s.handleSandboxOp(sandboxDestroy)))
 
 	op := http.NewServeMux()
-	op.HandleFunc("GET /v1/providers", s.handleListProviders)
-	op.HandleFunc("POST /v1/workspaces", s.handleCreateWorkspace)
-	op.HandleFunc("GET /v1/workspaces", s.handleListWorkspaces)
-	op.HandleFunc("GET /v1/workspaces/{id}", s.handleGetWorkspace)
-	op.HandleFunc("DELETE /v1/workspaces/{id}", s.handleDeleteWorkspace)
-	op.HandleFunc("PUT /v1/workspaces/{id}/tree", s.handleTreeImport)
-	op.HandleFunc("GET /v1/workspaces/{id}/exec", s.handleExec)
-	op.HandleFunc("GET /v1/workspaces/{id}/runs", s.handleListRuns)
-	op.HandleFunc("POST /v1/workspaces/{id}/close", s.handleClose)
-	op.HandleFunc("POST /v1/workspaces/{id}/export", s.handleExport)
-	op.HandleFunc("POST /v1/workspaces/{id}/reopen", s.handleReopen)
-	op.HandleFunc("GET /v1/workspaces/{id}/events", s.handleEvents)
-	op.HandleFunc("GET /v1/workspaces/{id}/inspect", s.handleInspect)
-	op.HandleFunc("POST /v1/workspaces/{id}/reconcile", s.handleReconcile)
-	op.HandleFunc("POST /v1/projects", s.handleCreateProject)
-	op.HandleFunc("GET /v1/projects", s.handleListProjects)
-	op.HandleFunc("GET /v1/projects/{id}", s.handleGetProject)
-	op.HandleFunc("POST /v1/gc", s.handleGC)
-	op.HandleFunc("GET /v1/runs/{id}", s.handleRunShow)
-	op.HandleFunc("POST /v1/workspaces/{id}/lease", s.handleLeaseAcquire)
-	op.HandleFunc("PUT /v1/workspaces/{id}/lease", s.handleLeaseRenew)
-	op.HandleFunc("DELETE /v1/workspaces/{id}/lease", s.handleLeaseRelease)
-	op.HandleFunc("GET /v1/workspaces/{id}/lease", s.handleLeaseShow)
-	op.HandleFunc("POST /v1/workspaces/{id}/snapshots", s.handleSnapshotCreate)
-	op.HandleFunc("GET /v1/workspaces/{id}/snapshots", s.handleSnapshotList)
-	op.HandleFunc("GET /v1/snapshots/{id}", s.handleSnapshotShow)
-	op.HandleFunc("POST /v1/snapshots/{id}/restore", s.handleSnapshotRestore)
-	op.HandleFunc("GET /v1/snapshots/{id}/archive", s.handleSnapshotArchive)
-	op.HandleFunc("POST /v1/snapshots/{id}/verify", s.handleSnapshotVerify)
-	op.HandleFunc("POST /v1/workspaces/{id}/artifacts", s.handleArtifactPut)
-	op.HandleFunc("GET /v1/workspaces/{id}/artifacts", s.handleArtifactList)
-	op.HandleFunc("GET /v1/artifacts/{id}", s.handleArtifactShow)
-	op.HandleFunc("POST /v1/artifacts/{id}/revoke", s.handleArtifactRevoke)
-	op.HandleFunc("POST /v1/workspaces/{id}/services", s.handleServiceStart)
-	op.HandleFunc("GET /v1/workspaces/{id}/services", s.handleServiceList)
-	op.HandleFunc("GET /v1/workspaces/{id}/services/{name}/logs", s.handleServiceLogs)
-	op.HandleFunc("GET /v1/workspaces/{id}/services/{name}/endpoint", s.handleServiceEndpoint)
-	op.HandleFunc("POST /v1/workspaces/{id}/services/{name}/stop", s.handleServiceStop)
+	for _, rt := range s.routes() {
+		op.Handle(rt.pattern, s.guard(rt))
+	}
+	mux.Handle("/v1/", s.peerOrOperator(s.requireOperator(op), op))
+	return mux
+}
+
+// routes is the operator API: every route with who may call it (see routeScope).
+func (s *Server) routes() []route {
 	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
 	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
 	const files = "/v1/workspaces/{id}/files/{path...}"
-	op.HandleFunc("GET "+files, s.handleFilesGet)
-	op.HandleFunc("PUT "+files, s.handleFilesPut)
-	op.HandleFunc("DELETE "+files, s.handleFilesDelete)
-	op.HandleFunc("POST "+files, s.handleFilesPost)
-	mux.Handle("/v1/", s.peerOrOperator(s.requireOperator(op), op))
-	return mux
+	return []route{
+		{"GET /v1/providers", scopeOperator, s.handleListProviders},
+		{"POST /v1/workspaces", scopeOperator, s.handleCreateWorkspace},
+		{"GET /v1/workspaces", scopeList, s.handleListWorkspaces},
+		{"GET /v1/workspaces/{id}", scopeWorkspace, s.handleGetWorkspace},
+		{"DELETE /v1/workspaces/{id}", scopeWorkspace, s.handleDeleteWorkspace},
+		{"PUT /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeImport},
+		{"GET /v1/workspaces/{id}/exec", scopeWorkspace, s.handleExec},
+		{"GET /v1/workspaces/{id}/runs", scopeWorkspace, s.handleListRuns},
+		{"POST /v1/workspaces/{id}/close", scopeWorkspace, s.handleClose},
+		// Export writes into a directory of the controller's host: the operator's.
+		{"POST /v1/workspaces/{id}/export", scopeOperator, s.handleExport},
+		{"POST /v1/workspaces/{id}/reopen", scopeWorkspace, s.handleReopen},
+		{"GET /v1/workspaces/{id}/events", scopeWorkspace, s.handleEvents},
+		{"GET /v1/workspaces/{id}/inspect", scopeWorkspace, s.handleInspect},
+		{"POST /v1/workspaces/{id}/reconcile", scopeWorkspace, s.handleReconcile},
+		{"POST /v1/projects", scopeOperator, s.handleCreateProject},
+		{"GET /v1/projects", scopeList, s.handleListProjects},
+		{"GET /v1/projects/{id}", scopeProject, s.handleGetProject},
+		{"POST /v1/gc", scopeOperator, s.handleGC},
+		{"GET /v1/runs/{id}", scopeRun, s.handleRunShow},
+		{"POST /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseAcquire},
+		{"PUT /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseRenew},
+		{"DELETE /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseRelease},
+		{"GET /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseShow},
+		{"POST /v1/workspaces/{id}/snapshots", scopeWorkspace, s.handleSnapshotCreate},
+		{"GET /v1/workspaces/{id}/snapshots", scopeWorkspace, s.handleSnapshotList},
+		{"GET /v1/snapshots/{id}", scopeSnapshot, s.handleSnapshotShow},
+		// A restore creates a workspace, which a limited token could not see.
+		{"POST /v1/snapshots/{id}/restore", scopeOperator, s.handleSnapshotRestore},
+		{"GET /v1/snapshots/{id}/archive", scopeSnapshot, s.handleSnapshotArchive},
+		{"POST /v1/snapshots/{id}/verify", scopeSnapshot, s.handleSnapshotVerify},
+		{"POST /v1/workspaces/{id}/artifacts", scopeWorkspace, s.handleArtifactPut},
+		{"GET /v1/workspaces/{id}/artifacts", scopeWorkspace, s.handleArtifactList},
+		{"GET /v1/artifacts/{id}", scopeArtifact, s.handleArtifactShow},
+		{"POST /v1/artifacts/{id}/revoke", scopeArtifact, s.handleArtifactRevoke},
+		{"POST /v1/workspaces/{id}/services", scopeWorkspace, s.handleServiceStart},
+		{"GET /v1/workspaces/{id}/services", scopeWorkspace, s.handleServiceList},
+		{"GET /v1/workspaces/{id}/services/{name}/logs", scopeWorkspace, s.handleServiceLogs},
+		{"GET /v1/workspaces/{id}/services/{name}/endpoint", scopeWorkspace, s.handleServiceEndpoint},
+		{"POST /v1/workspaces/{id}/services/{name}/stop", scopeWorkspace, s.handleServiceStop},
+		{"GET " + files, scopeWorkspace, s.handleFilesGet},
+		{"PUT " + files, scopeWorkspace, s.handleFilesPut},
+		{"DELETE " + files, scopeWorkspace, s.handleFilesDelete},
+		{"POST " + files, scopeWorkspace, s.handleFilesPost},
+		// A limited token could otherwise make itself an unlimited one.
+		{"POST /v1/tokens", scopeOperator, s.handleTokenCreate},
+		{"GET /v1/tokens", scopeOperator, s.handleTokenList},
+		{"DELETE /v1/tokens/{name}", scopeOperator, s.handleTokenRevoke},
+	}
 }
 
 // Serve accepts connections on l until ctx ends, then shuts down: the controller's routines

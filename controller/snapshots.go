@@ -275,10 +275,15 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	return c.CallWithBody(ctx, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
 }
 
-// snapshot loads a receipt by id, refusing ids of other kinds.
+// snapshot loads a receipt by id, refusing ids of other kinds; another workspace's than a
+// limited token's is not_found.
 func (s *Server) snapshot(ctx context.Context, id string) (api.Snapshot, error) {
 	if err := expectKind(id, "snap_"); err != nil {
 		return api.Snapshot{}, err
 	}
-	return s.store.GetSnapshot(ctx, id)
+	snap, err := s.store.GetSnapshot(ctx, id)
+	if err == nil && !principalOf(ctx).sees(snap.WorkspaceID) {
+		return api.Snapshot{}, notFound("snapshot", id)
+	}
+	return snap, err
 }

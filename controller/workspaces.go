@@ -208,7 +208,9 @@ func expectKind(value, want string) error {
 
 var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": "run", "snap_": "snapshot", "art_": "artifact", "prj_": "project"}
 
-// workspace loads a workspace (by id or name) with its live connection state.
+// workspace loads a workspace (by id or name) with its live connection state. It is the one
+// lookup of a workspace for a caller: one outside a limited token's workspaces is not_found, as
+// if it did not exist (see principal).
 func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {
 	if err := expectKind(idOrName, "ws_"); err != nil {
 		return api.Workspace{}, err
@@ -216,6 +218,9 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 	ws, err := s.store.GetWorkspace(ctx, idOrName)
 	if err != nil {
 		return ws, err
+	}
+	if !principalOf(ctx).sees(ws.ID) {
+		return api.Workspace{}, notFound("workspace", idOrName)
 	}
 	ws.Connected = s.connected(ctx, ws.AllocationID)
 	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
@@ -227,13 +232,18 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 }
 
 func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
-	list, err := s.store.ListWorkspaces(r.Context(), r.URL.Query().Get("all") == "true")
+	all, err := s.store.ListWorkspaces(r.Context(), r.URL.Query().Get("all") == "true")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	for i := range list {
-		list[i].Connected = s.connected(r.Context(), list[i].AllocationID)
+	p := principalOf(r.Context())
+	list := make([]api.Workspace, 0, len(all))
+	for _, ws := range all {
+		if p.sees(ws.ID) {
+			ws.Connected = s.connected(r.Context(), ws.AllocationID)
+			list = append(list, ws)
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }

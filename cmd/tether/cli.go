@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller"
@@ -27,13 +28,16 @@ type cli struct {
 	addr, token    string
 	data           string
 	epoch          string // the writer epoch to claim (--epoch, TETHER_EPOCH)
+	retryFor       string // how long calls are retried (--retry-for, TETHER_RETRY_FOR)
 }
 
 func (c *cli) addGlobalFlags(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&c.addr, "addr", "", "controller address (env TETHER_ADDR, default "+defaultAddr+")")
-	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator token (env TETHER_TOKEN, default read from DATA/operator.token)")
+	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator or API token (env TETHER_TOKEN, default read from DATA/operator.token)")
 	cmd.PersistentFlags().StringVar(&c.data, "data", "", "controller data directory (env TETHER_DATA, default ~/.tether)")
 	cmd.PersistentFlags().StringVar(&c.epoch, "epoch", "", "writer epoch from `tether lease acquire` that writes claim (env TETHER_EPOCH)")
+	cmd.PersistentFlags().StringVar(&c.retryFor, "retry-for", "",
+		"retry calls the controller could not take (unavailable, no connection) for up to `DUR`; only calls that are safe to repeat (env TETHER_RETRY_FOR, default "+client.DefaultRetryFor.String()+", 0 disables)")
 }
 
 // dataDir resolves --data, then TETHER_DATA, then ~/.tether.
@@ -71,6 +75,13 @@ func (c *cli) client() (*client.Client, error) {
 	cl, err := client.New(addr, token)
 	if err != nil {
 		return nil, err
+	}
+	if r := firstNonEmpty(c.retryFor, os.Getenv("TETHER_RETRY_FOR")); r != "" {
+		d, err := time.ParseDuration(r)
+		if err != nil || d < 0 {
+			return nil, usageError{fmt.Errorf("--retry-for %q: want a duration like 5s, or 0 to disable retries", r)}
+		}
+		cl = cl.WithRetryFor(d)
 	}
 	if e := firstNonEmpty(c.epoch, os.Getenv("TETHER_EPOCH")); e != "" {
 		n, err := strconv.ParseUint(e, 10, 64)

@@ -33,5 +33,6 @@ func (c *Client) GetArtifact(ctx context.Context, id string) (api.Artifact, erro
 // RevokeArtifact revokes an artifact at once and returns its record.
 func (c *Client) RevokeArtifact(ctx context.Context, id string) (api.Artifact, error) {
 	var a api.Artifact
-	return a, c.do(ctx, request{method: http.MethodPost, path: "/v1/artifacts/" + url.PathEscape(id) + "/revoke"}, &a)
+	// A revoked artifact stays revoked as of the first revocation: a repeat changes nothing.
+	return a, c.do(ctx, request{method: http.MethodPost, path: "/v1/artifacts/" + url.PathEscape(id) + "/revoke", idempotent: true}, &a)
 }

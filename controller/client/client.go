@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -22,10 +23,16 @@ type Client struct {
 	token string
 	http  *http.Client
 	epoch uint64 // the writer epoch mutating calls claim; 0: none
+	retry retryPolicy
 }
 
 // headerEpoch is controller.HeaderEpoch.
 const headerEpoch = "X-Tether-Epoch"
+
+// headerIdempotencyKey on a POST says its sender vouches that a repeat does no harm, so it is
+// retried like an idempotent call (net/http's own transport reads it the same way). No call of
+// this client sets one yet: the controller does not record answers by key.
+const headerIdempotencyKey = "Idempotency-Key"
 
 // WithEpoch returns a client whose calls claim the writer epoch e (from a lease).
 func (c *Client) WithEpoch(e uint64) *Client {
@@ -41,7 +48,8 @@ func (c *Client) authorize(req *http.Request) {
 	}
 }
 
-// New makes a client for the controller at addr (http://host:port) using the operator token.
+// New makes a client for the controller at addr (http://host:port) using token (the operator's,
+// or an API token). It retries for DefaultRetryFor; see WithRetryFor.
 func New(addr, token string) (*Client, error) {
 	u, err := url.Parse(strings.TrimSuffix(addr, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -50,7 +58,7 @@ func New(addr, token string) (*Client, error) {
 	// Redirects are refused: a router that cleaned a workspace path ("a/.." → "a") would
 	// otherwise send the request to a different resource than the one named.
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &Client{base: u, token: token, http: hc}, nil
+	return &Client{base: u, token: token, http: hc, retry: retryPolicy{For: DefaultRetryFor, clock: clockwork.NewRealClock()}}, nil
 }
 
 // Addr is the controller's base URL.
@@ -67,33 +75,96 @@ func (c *Client) url(escapedPath string, q url.Values) string {
 
 // request is one call of the controller's REST API.
 type request struct {
-	method      string
-	path        string     // already escaped
-	query       url.Values // nil for none
-	body        io.Reader  // nil for none
-	contentType string     // the body's; "" sets no Content-Type
+	method        string
+	path          string      // already escaped
+	query         url.Values  // nil for none
+	header        http.Header // more headers (Range, a digest); nil for none
+	body          io.Reader   // nil for none
+	contentLength int64       // the body's length when known (> 0)
+	contentType   string      // the body's; "" sets no Content-Type
+	// idempotent marks a POST that the controller may perform twice with the same effect as
+	// once, so a client that cannot tell whether the first one arrived may send it again. GET,
+	// HEAD, PUT and DELETE are idempotent by definition and need no mark.
+	idempotent bool
 }
 
-// newRequest makes r an HTTP request that carries the client's credentials (and epoch).
-func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, r.method, c.url(r.path, r.query), r.body)
+// mayRepeat says whether r may be sent again after it may have reached the controller.
+func (r request) mayRepeat() bool {
+	switch r.method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return r.idempotent || r.header.Get(headerIdempotencyKey) != ""
+}
+
+// newRequest makes r an HTTP request that carries the client's credentials (and epoch), with
+// body as its body.
+func (c *Client) newRequest(ctx context.Context, r request, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, r.method, c.url(r.path, r.query), body)
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range r.header {
+		req.Header[k] = v
 	}
 	c.authorize(req)
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)
 	}
+	if r.contentLength > 0 {
+		req.ContentLength = r.contentLength
+	}
 	return req, nil
+}
+
+// roundTrip performs r and returns the controller's 2xx response, whose body the caller closes,
+// or the typed error. It is the one place requests are sent, so the retry policy applies to every
+// call: r is sent again, with backoff, while the controller is unavailable or unreachable and the
+// policy allows (see retryPolicy).
+func (c *Client) roundTrip(ctx context.Context, r request) (*http.Response, error) {
+	body := newReplayBody(r.body, r.contentLength)
+	var resp *http.Response
+	err := c.withRetries(ctx, func() (bool, error) {
+		req, err := c.newRequest(ctx, r, body.attempt())
+		if err != nil {
+			return false, err
+		}
+		resp, err = c.http.Do(req)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			again := retryableConnError(err, r.mayRepeat()) && body.replayable()
+			return again, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))
+		case resp.StatusCode/100 != 2:
+			err := decodeError(resp)
+			resp.Body.Close()
+			again := protocol.CodeOf(err) == protocol.CodeUnavailable && r.mayRepeat() && body.replayable()
+			return again, err
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // do performs r and decodes a JSON answer into out (when not nil), or the typed error.
 func (c *Client) do(ctx context.Context, r request, out any) error {
-	req, err := c.newRequest(ctx, r)
+	resp, err := c.roundTrip(ctx, r)
 	if err != nil {
 		return err
 	}
-	return c.send(ctx, req, out)
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", r.method, r.path, err)
+	}
+	return nil
 }
 
 // get performs a GET of path with the query q (nil for none), like do.
@@ -103,34 +174,17 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any) er
 
 // sendJSON performs method on path with in, encoded as JSON, as the body, like do.
 func (c *Client) sendJSON(ctx context.Context, method, path string, in, out any) error {
+	return c.doJSON(ctx, request{method: method, path: path}, in, out)
+}
+
+// doJSON performs r with in, encoded as JSON, as its body, like do.
+func (c *Client) doJSON(ctx context.Context, r request, in, out any) error {
 	b, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, request{method: method, path: path, body: bytes.NewReader(b), contentType: "application/json"}, out)
-}
-
-// send performs req and decodes a JSON answer into out (when not nil), or the typed error.
-func (c *Client) send(ctx context.Context, req *http.Request, out any) error {
-	method, path := req.Method, req.URL.Path
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode %s %s: %w", method, path, err)
-	}
-	return nil
+	r.body, r.contentType = bytes.NewReader(b), "application/json"
+	return c.do(ctx, r, out)
 }
 
 func unwrapURLError(err error) error {
@@ -193,7 +247,9 @@ func (c *Client) ListRuns(ctx context.Context, id string) ([]api.Run, error) {
 
 // CloseWorkspace closes (or, with req.Check, only checks) a workspace.
 func (c *Client) CloseWorkspace(ctx context.Context, id string, req api.CloseRequest, out any) error {
-	return c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/close", req, out)
+	// A check changes nothing, so it may be repeated; a close may not (a repeat of one that
+	// happened is refused: the workspace is closed).
+	return c.doJSON(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(id) + "/close", idempotent: req.Check}, req, out)
 }
 
 // ReopenWorkspace restores a closed workspace onto a new allocation.

@@ -29,13 +29,9 @@ func (c *Client) Exec(ctx context.Context, id string, args protocol.ExecArgs, st
 	if c.epoch > 0 {
 		h.Set(headerEpoch, strconv.FormatUint(c.epoch, 10))
 	}
-	dialer := websocket.Dialer{EnableCompression: false, ReadBufferSize: 256 << 10, WriteBufferSize: 64 << 10, HandshakeTimeout: 30 * time.Second}
-	conn, resp, err := dialer.DialContext(ctx, u.String(), h)
+	conn, err := c.dialExec(ctx, u.String(), h)
 	if err != nil {
-		if resp != nil && resp.StatusCode/100 != 2 {
-			return protocol.ExecExit{}, decodeError(resp)
-		}
-		return protocol.ExecExit{}, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, err)
+		return protocol.ExecExit{}, err
 	}
 	defer conn.Close()
 	conn.SetReadLimit(protocol.MaxChannelFrame + 64)
@@ -111,6 +107,31 @@ func (c *Client) Exec(ctx context.Context, id string, args protocol.ExecArgs, st
 			return protocol.ExecExit{}, &e
 		}
 	}
+}
+
+// dialExec opens the exec websocket. The command starts only once its arguments are sent over
+// the open socket, so a dial that failed before the upgrade (the controller unavailable, the
+// connection refused or dropped) ran nothing and is retried under the retry policy; nothing
+// after the upgrade ever is.
+func (c *Client) dialExec(ctx context.Context, u string, h http.Header) (*websocket.Conn, error) {
+	dialer := websocket.Dialer{EnableCompression: false, ReadBufferSize: 256 << 10, WriteBufferSize: 64 << 10, HandshakeTimeout: 30 * time.Second}
+	var conn *websocket.Conn
+	err := c.withRetries(ctx, func() (bool, error) {
+		var resp *http.Response
+		var err error
+		conn, resp, err = dialer.DialContext(ctx, u, h)
+		switch {
+		case err == nil:
+			return false, nil
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		case resp != nil && resp.StatusCode/100 != 2:
+			err := decodeError(resp)
+			return protocol.CodeOf(err) == protocol.CodeUnavailable, err
+		}
+		return retryableConnError(err, true), protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, err)
+	})
+	return conn, err
 }
 
 func pumpStdin(r io.Reader, send func(int, []byte) error) {

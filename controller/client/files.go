@@ -90,29 +90,20 @@ type ReadResult struct {
 // and SHA-256 must match what the controller sent (the runner's, or the saved copy's manifest),
 // else the read fails.
 func (c *Client) ReadFile(ctx context.Context, id, p string, w io.Writer, o ReadOptions) (ReadResult, error) {
-	req, err := c.newRequest(ctx, request{method: http.MethodGet, path: filesPath(id, p)})
-	if err != nil {
-		return ReadResult{}, err
-	}
+	r := request{method: http.MethodGet, path: filesPath(id, p)}
 	ranged := o.Offset > 0 || o.Length > 0
 	if ranged {
 		end := ""
 		if o.Length > 0 {
 			end = strconv.FormatInt(o.Offset+o.Length-1, 10)
 		}
-		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%s", o.Offset, end))
+		r.header = http.Header{"Range": {fmt.Sprintf("bytes=%d-%s", o.Offset, end)}}
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.roundTrip(ctx, r)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ReadResult{}, ctx.Err()
-		}
-		return ReadResult{}, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))
+		return ReadResult{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return ReadResult{}, decodeError(resp)
-	}
 	src := readSource(resp.Header)
 	size, _ := strconv.ParseInt(resp.Header.Get(headerSize), 10, 64)
 	if o.Progress != nil {
@@ -183,18 +174,12 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	if o.Progress != nil {
 		r = progressReader{r, o.Progress}
 	}
-	req, err := c.newRequest(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: q,
-		body: r, contentType: "application/octet-stream"})
-	if err != nil {
-		return res, err
-	}
+	req := request{method: http.MethodPut, path: filesPath(id, p), query: q,
+		body: r, contentLength: o.Size, contentType: "application/octet-stream"}
 	if o.SHA256 != "" {
-		req.Header.Set(headerSHA256, o.SHA256)
+		req.header = http.Header{headerSHA256: {o.SHA256}}
 	}
-	if o.Size > 0 {
-		req.ContentLength = o.Size
-	}
-	return res, c.send(ctx, req, &res)
+	return res, c.do(ctx, req, &res)
 }
 
 // Mkdir creates a directory (with parents: also missing parents, and no error if it exists).
@@ -207,7 +192,8 @@ func (c *Client) Mkdir(ctx context.Context, id, p string, parents bool, mode uin
 		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
 	}
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q}, &fi)
+	// With parents an existing directory is no error, so a repeat changes nothing.
+	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q, idempotent: parents}, &fi)
 }
 
 // Remove removes a file, link or empty directory; recursive removes a directory tree without
@@ -234,5 +220,6 @@ func (c *Client) Rename(ctx context.Context, id, from, to string, replace bool) 
 func (c *Client) Chmod(ctx context.Context, id, p string, mode uint32) (protocol.FileInfo, error) {
 	q := url.Values{"op": {"chmod"}, "mode": {strconv.FormatUint(uint64(mode), 8)}}
 	var fi protocol.FileInfo
-	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q}, &fi)
+	// Setting the same bits again is the same as once.
+	return fi, c.do(ctx, request{method: http.MethodPost, path: filesPath(id, p), query: q, idempotent: true}, &fi)
 }

@@ -41,5 +41,7 @@ func (c *Client) ReconcileWorkspace(ctx context.Context, id string) (api.Reconci
 // GC sweeps closed workspaces (see api.GCRequest).
 func (c *Client) GC(ctx context.Context, req api.GCRequest) (api.GCResult, error) {
 	var res api.GCResult
-	return res, c.sendJSON(ctx, http.MethodPost, "/v1/gc", req, &res)
+	// A sweep reclaims only what may be reclaimed and finishes what an interrupted one left: a
+	// second sweep after the first does nothing the first would not have.
+	return res, c.doJSON(ctx, request{method: http.MethodPost, path: "/v1/gc", idempotent: true}, req, &res)
 }

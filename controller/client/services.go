@@ -42,7 +42,8 @@ func (c *Client) ListServices(ctx context.Context, workspace string) ([]api.Serv
 // StopService stops a service and returns once its process group is gone and its port closed.
 func (c *Client) StopService(ctx context.Context, workspace, name string) (api.Service, error) {
 	var v api.Service
-	return v, c.do(ctx, request{method: http.MethodPost, path: servicePath(workspace, name) + "/stop"}, &v)
+	// A service that already ended answers with its final status: a repeat changes nothing.
+	return v, c.do(ctx, request{method: http.MethodPost, path: servicePath(workspace, name) + "/stop", idempotent: true}, &v)
 }
 
 // ServiceEndpoint returns where the service answers, once the controller reached it.
@@ -73,21 +74,11 @@ func (c *Client) ServiceLogs(ctx context.Context, workspace, name string, offset
 	if follow {
 		q.Set("follow", "true")
 	}
-	req, err := c.newRequest(ctx, request{method: http.MethodGet, path: servicePath(workspace, name) + "/logs", query: q})
+	resp, err := c.roundTrip(ctx, request{method: http.MethodGet, path: servicePath(workspace, name) + "/logs", query: q})
 	if err != nil {
 		return res, err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		return res, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return res, decodeError(resp)
-	}
 	if s := resp.Header.Get(headerLogOffset); s != "" {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			res.Start, res.End = n, n

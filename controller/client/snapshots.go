@@ -34,24 +34,18 @@ func (c *Client) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 
 func (c *Client) VerifySnapshot(ctx context.Context, id string) (api.VerifyResult, error) {
 	var res api.VerifyResult
-	return res, c.do(ctx, request{method: http.MethodPost, path: "/v1/snapshots/" + url.PathEscape(id) + "/verify"}, &res)
+	// Verifying reads the object and changes nothing.
+	return res, c.do(ctx, request{method: http.MethodPost, path: "/v1/snapshots/" + url.PathEscape(id) + "/verify", idempotent: true}, &res)
 }
 
 // ExportSnapshot streams the plain .tar.zst of a snapshot into w. The controller cuts the
 // stream off if the stored object does not match its receipt, which surfaces here as an error.
 func (c *Client) ExportSnapshot(ctx context.Context, id string, w io.Writer) (int64, error) {
-	req, err := c.newRequest(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(id) + "/archive"})
+	resp, err := c.roundTrip(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(id) + "/archive"})
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, protocol.Errorf(protocol.CodeUnavailable, "cannot reach the controller at %s: %v", c.base, unwrapURLError(err))
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return 0, decodeError(resp)
-	}
 	n, err := io.Copy(w, resp.Body)
 	if err != nil {
 		return n, protocol.Errorf(protocol.CodeFailed, "export cut off after %d bytes: %v", n, err)
