@@ -1,4 +1,12 @@
-package sqlstore_test
+// Package pgtest gives tests a real PostgreSQL: TETHER_TEST_POSTGRES_URL when set (a role that
+// may create databases, e.g. from `.ci/postgres start`), otherwise a throwaway server started on
+// first use from the machine's initdb/pg_ctl, one per test binary, stopped by Main. Every test
+// gets a database of its own (Database).
+//
+// A test package that uses it runs its tests through Main so the server it started is stopped:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+package pgtest
 
 import (
 	"context"
@@ -19,14 +27,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 )
 
-// The PostgreSQL the tests use: TETHER_TEST_POSTGRES_URL when set (a role that may create
-// databases), otherwise a throwaway server started on first use from the machine's
-// initdb/pg_ctl and stopped by TestMain. Every test gets a database of its own.
+// The server of this test binary, started at most once.
 var pg struct {
 	once  sync.Once
 	url   string // admin URL
@@ -36,7 +41,8 @@ var pg struct {
 	stop  func()
 }
 
-func TestMain(m *testing.M) {
+// Main runs the tests and then stops the server they started, if any. It returns m.Run's code.
+func Main(m *testing.M) int {
 	code := m.Run()
 	if pg.admin != nil {
 		pg.admin.Close()
@@ -44,16 +50,31 @@ func TestMain(m *testing.M) {
 	if pg.stop != nil {
 		pg.stop()
 	}
-	os.Exit(code)
+	return code
 }
 
-func inCI() bool {
+// InCI reports whether CI is set: there a missing server fails the test instead of skipping it.
+func InCI() bool {
 	ci := os.Getenv("CI")
 	return ci != "" && ci != "0" && ci != "false"
 }
 
-// postgresAdmin returns a connection to the test server's maintenance database.
-func postgresAdmin(t *testing.T) (*sql.DB, string) {
+// Server returns the admin URL of the test server (its maintenance database, as a role that may
+// create databases). Without server binaries the test is skipped, or fails when CI is set.
+func Server(t testing.TB) string {
+	t.Helper()
+	_, u := admin(t)
+	return u
+}
+
+// Admin returns a connection to the test server's maintenance database, shared by the tests.
+func Admin(t testing.TB) *sql.DB {
+	t.Helper()
+	db, _ := admin(t)
+	return db
+}
+
+func admin(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	pg.once.Do(func() {
 		pg.url = os.Getenv("TETHER_TEST_POSTGRES_URL")
@@ -67,7 +88,7 @@ func postgresAdmin(t *testing.T) (*sql.DB, string) {
 		}
 	})
 	if pg.skip != "" {
-		if inCI() {
+		if InCI() {
 			t.Fatal(pg.skip)
 		}
 		t.Skip(pg.skip)
@@ -80,11 +101,11 @@ func postgresAdmin(t *testing.T) (*sql.DB, string) {
 
 var nonWord = regexp.MustCompile(`[^a-z0-9]+`)
 
-// freshPostgres creates an empty database for t, dropped when t ends, and returns its URL.
-// extra is added to the URL's query (e.g. "pool_max_conns=64").
-func freshPostgres(t *testing.T, extra string) string {
+// Database creates an empty database for t, dropped (connections and all) when t ends, and
+// returns its URL. extra is added to the URL's query (e.g. "pool_max_conns=64").
+func Database(t testing.TB, extra string) string {
 	t.Helper()
-	admin, adminURL := postgresAdmin(t)
+	admin, adminURL := admin(t)
 	name := nonWord.ReplaceAllString(strings.ToLower(t.Name()), "_")
 	if len(name) > 40 {
 		name = name[len(name)-40:]
@@ -119,9 +140,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// postgresBinDir finds a directory holding initdb, pg_ctl and postgres: TETHER_POSTGRES_BIN,
-// then initdb on PATH, then the newest /usr/lib/postgresql/*/bin (Debian).
-func postgresBinDir() string {
+// binDir finds a directory holding initdb, pg_ctl and postgres: TETHER_POSTGRES_BIN, then
+// initdb on PATH, then the newest /usr/lib/postgresql/*/bin (Debian).
+func binDir() string {
 	var dirs []string
 	if d := os.Getenv("TETHER_POSTGRES_BIN"); d != "" {
 		dirs = append(dirs, d)
@@ -133,7 +154,7 @@ func postgresBinDir() string {
 		dirs = append(dirs, filepath.Dir(p))
 	}
 	debian, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.SortFunc(debian, func(a, b string) int { return pgMajor(b) - pgMajor(a) })
+	slices.SortFunc(debian, func(a, b string) int { return major(b) - major(a) })
 	dirs = append(dirs, debian...)
 	for _, d := range dirs {
 		ok := true
@@ -149,19 +170,19 @@ func postgresBinDir() string {
 	return ""
 }
 
-func pgMajor(binDir string) int {
+func major(binDir string) int {
 	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return n
 }
 
-// pgCommand runs a PostgreSQL program, as the postgres user when this process is root
+// command runs a PostgreSQL program, as the postgres user when this process is root
 // (PostgreSQL refuses to run as root).
-type pgCommand struct {
+type command struct {
 	bin, dir string
 	runuser  string // non-empty when root
 }
 
-func (c pgCommand) run(name string, args ...string) error {
+func (c command) run(name string, args ...string) error {
 	path := filepath.Join(c.bin, name)
 	var cmd *exec.Cmd
 	if c.runuser != "" {
@@ -180,7 +201,7 @@ func (c pgCommand) run(name string, args ...string) error {
 // startPostgres initdbs a temporary cluster with trust authentication and starts it on a free
 // port of 127.0.0.1. It returns the admin URL and a stop function, or why it cannot.
 func startPostgres() (adminURL string, stop func(), skip string, err error) {
-	bin := postgresBinDir()
+	bin := binDir()
 	if bin == "" {
 		return "", nil, "no PostgreSQL server binaries (initdb, pg_ctl, postgres on PATH or in /usr/lib/postgresql/*/bin): " +
 			"run `.ci/deps postgres` (Debian package postgresql) or set TETHER_TEST_POSTGRES_URL", nil
@@ -189,7 +210,7 @@ func startPostgres() (adminURL string, stop func(), skip string, err error) {
 	if err != nil {
 		return "", nil, "", err
 	}
-	c := pgCommand{bin: bin, dir: dir}
+	c := command{bin: bin, dir: dir}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -217,7 +238,7 @@ func startPostgres() (adminURL string, stop func(), skip string, err error) {
 		_ = c.run("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
 		os.RemoveAll(dir)
 	}
-	for range 3 { // a free port can be taken between probing and binding
+	for range 3 { // a free port can be taken between probing and binding: the next try probes anew
 		var port int
 		if port, err = freePort(); err != nil {
 			break
@@ -230,7 +251,6 @@ func startPostgres() (adminURL string, stop func(), skip string, err error) {
 		}
 		log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
 		err = fmt.Errorf("%v\nlog:\n%s", err, log)
-		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
 	return "", nil, "", err

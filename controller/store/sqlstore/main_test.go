@@ -1,0 +1,18 @@
+package sqlstore_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/tetherhq/tether/controller/store/sqlstore/pgtest"
+)
+
+// TestMain stops the PostgreSQL server pgtest started for the tests, if any.
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// freshPostgres is an empty database for t on the test server (see pgtest.Database), in the
+// shape of a driver's fresh function.
+func freshPostgres(t *testing.T, extra string) string {
+	t.Helper()
+	return pgtest.Database(t, extra)
+}
