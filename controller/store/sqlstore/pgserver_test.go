@@ -22,6 +22,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"go.uber.org/goleak"
 )
 
 // The PostgreSQL the tests use: TETHER_TEST_POSTGRES_URL when set (a role that may create
@@ -43,6 +44,11 @@ func TestMain(m *testing.M) {
 	}
 	if pg.stop != nil {
 		pg.stop()
+	}
+	// Every store's goroutines (the PostgreSQL listener, watches) end with its Close.
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintf(os.Stderr, "goroutines left running: %v\n", err)
+		code = 1
 	}
 	os.Exit(code)
 }
