@@ -205,6 +205,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		routines: routines, ctx: routines.Context(),
 		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
 	}
+	s.members = peer.NewMembership(st, store.Member{ID: s.id, Address: cfg.PeerURL, Version: cfg.Version, StartedAt: s.now()},
+		cfg.Membership, cfg.Clock, cfg.Logger)
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
@@ -319,8 +321,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 
 	peerURL := firstNonEmpty(s.cfg.PeerURL, "http://"+l.Addr().String())
-	s.members = peer.NewMembership(s.store, store.Member{ID: s.id, Address: peerURL, Version: s.cfg.Version, StartedAt: s.now()},
-		s.cfg.Membership, s.cfg.Clock, s.log)
+	s.members.SetAddress(peerURL)
 	if err := s.members.Beat(ctx); err != nil {
 		s.log.Warn("first heartbeat", "err", err)
 	}

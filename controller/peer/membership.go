@@ -32,9 +32,10 @@ type Membership struct {
 	clock  clockwork.Clock
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	lastOK time.Time // when the last heartbeat was written (this process's clock)
-	lapsed bool
+	mu      sync.Mutex
+	lastOK  time.Time // when the last heartbeat was written (this process's clock)
+	lapsed  bool
+	running bool // Run is writing heartbeats
 }
 
 // NewMembership prepares self's membership; Beat writes its first heartbeat.
@@ -46,7 +47,19 @@ func NewMembership(st store.Members, self store.Member, timing Timing, clock clo
 func (m *Membership) Self() string { return m.self.ID }
 
 // Address is the base URL peers reach this controller on.
-func (m *Membership) Address() string { return m.self.Address }
+func (m *Membership) Address() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.self.Address
+}
+
+// SetAddress sets the base URL peers reach this controller on, for the next heartbeat (a
+// controller knows its address once it listens).
+func (m *Membership) SetAddress(addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.self.Address = addr
+}
 
 // Timing is the membership's timing.
 func (m *Membership) Timing() Timing { return m.timing }
@@ -55,7 +68,10 @@ func (m *Membership) Timing() Timing { return m.timing }
 func (m *Membership) Beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timing.Lapse)
 	defer cancel()
-	if _, err := m.store.Heartbeat(ctx, m.self); err != nil {
+	m.mu.Lock()
+	self := m.self
+	m.mu.Unlock()
+	if _, err := m.store.Heartbeat(ctx, self); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -71,6 +87,9 @@ func (m *Membership) Beat(ctx context.Context) error {
 // Run writes a heartbeat every Interval until ctx ends. When none could be written for Lapse it
 // calls onLapse once (the controller drops the runners it holds), and again after each recovery.
 func (m *Membership) Run(ctx context.Context, onLapse func()) {
+	m.mu.Lock()
+	m.running = true
+	m.mu.Unlock()
 	t := m.clock.NewTicker(m.timing.Interval)
 	defer t.Stop()
 	for {
@@ -104,10 +123,14 @@ func (m *Membership) markLapsed() bool {
 }
 
 // Owning says whether this controller may hold runners: its last heartbeat was written within
-// Lapse.
+// Lapse. A controller whose heartbeats are not running (one serving its handler alone, as
+// tests do) is on its own and always owns.
 func (m *Membership) Owning() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.running {
+		return true
+	}
 	return !m.lapsed && !m.lastOK.IsZero() && m.clock.Since(m.lastOK) < m.timing.Lapse
 }
 
