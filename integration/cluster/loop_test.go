@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,13 @@ var loopOps = []string{"shift", "create", "exec", "files put", "files get", "sna
 // opTimeout bounds one operation: a hung request fails its round instead of the test.
 const opTimeout = 2 * time.Minute
 
-// TestClusterThreeControllers: three controllers behind round-robin HAProxy, 50 rounds of a
+// TestClusterThreeControllers: three controllers behind round-robin HAProxy, 200 rounds of a
 // workspace's whole life through the balancer. Each request, and each runner's connection,
-// reaches any controller, so it needs the cluster's routing: until that lands it is skipped.
+// reaches any controller: the runner's owner serves it, others reach it through a tunnel.
 func TestClusterThreeControllers(t *testing.T) {
-	if os.Getenv("TETHER_CLUSTER_ROUTING") == "" {
-		t.Skip("enable once routing lands (set TETHER_CLUSTER_ROUTING=1): without it a request or a runner " +
-			"reaches a controller other than the one that holds the workspace's runner")
-	}
 	c := New(t, Options{Controllers: 3, ServeArgs: []string{"--ready-timeout", "20s"}})
 	l := &loop{t: t, c: c, cl: c.Client(t), stats: map[string]*opStats{}}
-	const rounds = 50
+	const rounds = 200
 	run := 0
 	for ; run < rounds; run++ {
 		// Stop while there is time left to report and clean up, rather than be killed.
