@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -86,7 +87,34 @@ func OpenSQLite(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	// One connection: SQLite allows one writer, and a single connection keeps writes serialized
 	// without busy retries.
 	db.SetMaxOpenConns(1)
-	return open(ctx, db, sqliteDialect, opts)
+	// Opening a new database file from several handles at once (only tests do: a data dir
+	// has one controller) can meet SQLITE_BUSY without the busy handler being asked — the
+	// switch to WAL and the first write take locks SQLite will not wait for, to avoid a
+	// deadlock. Such an open is tried again, briefly.
+	for attempt, backoff := 1, 10*time.Millisecond; ; attempt, backoff = attempt+1, min(2*backoff, 200*time.Millisecond) {
+		s, err := open(ctx, db, sqliteDialect, opts)
+		if err == nil || !sqliteBusy(err) || attempt == 50 {
+			return s, err
+		}
+		if db, err = sql.Open("sqlite", dsn); err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		db.SetMaxOpenConns(1)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			db.Close()
+			return nil, fmt.Errorf("open sqlite %s: %w", path, ctx.Err())
+		}
+	}
+}
+
+// sqliteBusy says whether err is SQLite's SQLITE_BUSY (any extended code of it).
+func sqliteBusy(err error) bool {
+	var e interface{ Code() int }
+	return errors.As(err, &e) && e.Code()&0xff == 5
 }
 
 // open migrates db and wraps it; it closes db on failure.
