@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,8 @@ import (
 
 // loopOps are the operations of one round, in order. A failed operation skips the rest of its
 // round but the removal, so a round's failure shows where it broke and leaves nothing running.
-var loopOps = []string{"shift", "create", "exec", "files put", "files get", "snapshot", "close", "reopen",
+var loopOps = []string{"shift", "create", "exec", "files put", "files get", "service", "artifact install", "snapshot",
+	"snapshot restore", "close", "reopen",
 	"lease acquire", "epoch write", "stale write refused", "rm"}
 
 // opTimeout bounds one operation: a hung request fails its round instead of the test.
@@ -27,7 +30,10 @@ const opTimeout = 2 * time.Minute
 func TestClusterThreeControllers(t *testing.T) {
 	c := New(t, Options{Controllers: 3, ServeArgs: []string{"--ready-timeout", "20s"}})
 	l := &loop{t: t, c: c, cl: c.Client(t), stats: map[string]*opStats{}}
-	const rounds = 200
+	rounds := 200
+	if v, err := strconv.Atoi(os.Getenv("TETHER_CLUSTER_ROUNDS")); err == nil && v > 0 {
+		rounds = v // a shorter run while working on the cluster
+	}
 	run := 0
 	for ; run < rounds; run++ {
 		// Stop while there is time left to report and clean up, rather than be killed.
@@ -154,13 +160,67 @@ func (l *loop) round(n int) {
 		return err
 	})
 	l.step(n, &broken, "files get", func(ctx context.Context) error { return l.readBack(ctx, ws.ID, data) })
-	l.step(n, &broken, "snapshot", func(ctx context.Context) error {
-		snap, err := l.cl.CreateSnapshot(ctx, ws.ID)
+	l.step(n, &broken, "service", func(ctx context.Context) error {
+		// A local sandbox's service answers on its host's loopback: the controller that placed
+		// it checks the endpoint, whichever controller the request reached.
+		name := fmt.Sprintf("web%d", n)
+		svc, err := l.cl.StartService(ctx, ws.ID, protocol.ServiceSpec{Name: name, Ready: "tcp",
+			Argv: []string{"perl", "-MIO::Socket::INET", "-e", tcpServer}})
+		if err != nil {
+			return err
+		}
+		if svc.State != protocol.ServiceReady {
+			return fmt.Errorf("service %s is %s", name, svc.State)
+		}
+		ep, err := l.cl.ServiceEndpoint(ctx, ws.ID, name)
+		if err == nil && ep.VerifiedAt.IsZero() {
+			err = fmt.Errorf("endpoint %+v not verified", ep)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = l.cl.StopService(ctx, ws.ID, name)
+		return err
+	})
+	l.step(n, &broken, "artifact install", func(ctx context.Context) error {
+		// The agent's download goes from its runner to the controller that holds it (any of
+		// them), which serves the artifact from the shared bucket.
+		a, err := l.cl.PutArtifact(ctx, ws.ID, "art.bin", bytes.NewReader(data))
+		if err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		exit, err := l.cl.Exec(ctx, ws.ID, protocol.ExecArgs{Argv: []string{"sh", "-c",
+			"tether-runner artifact download " + a.ID + " art.bin >/dev/null && sha256sum art.bin | cut -c1-64"}}, nil, &out, &out)
+		if err != nil {
+			return err
+		}
+		if exit.Status() != 0 || strings.TrimSpace(out.String()) != sha256Hex(data) {
+			return fmt.Errorf("artifact download exited %d: %q", exit.Status(), out.String())
+		}
+		return nil
+	})
+	var snap api.Snapshot
+	l.step(n, &broken, "snapshot", func(ctx context.Context) (err error) {
+		snap, err = l.cl.CreateSnapshot(ctx, ws.ID)
 		if err == nil && snap.Bytes == 0 {
 			err = fmt.Errorf("snapshot %s is empty", snap.ID)
 		}
 		return err
 	})
+	if n%5 == 0 {
+		l.step(n, &broken, "snapshot restore", func(ctx context.Context) error {
+			res, err := l.cl.RestoreSnapshot(ctx, snap.ID, api.RestoreRequest{Name: fmt.Sprintf("loop-%d-restored", n), Provider: "local"})
+			if err != nil {
+				return err
+			}
+			err = l.readBack(ctx, res.Workspace.ID, data)
+			if _, rerr := l.cl.DeleteWorkspace(ctx, res.Workspace.ID); err == nil {
+				err = rerr
+			}
+			return err
+		})
+	}
 	l.step(n, &broken, "close", func(ctx context.Context) error {
 		var res api.CloseResult
 		if err := l.cl.CloseWorkspace(ctx, ws.ID, api.CloseRequest{}, &res); err != nil {
@@ -207,6 +267,11 @@ func (l *loop) round(n int) {
 		return err
 	})
 }
+
+// tcpServer is a web service in Perl (perl-base is on every Debian host, and a local sandbox runs
+// the host's programs): on $PORT it answers every request 200 "ok".
+const tcpServer = `my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $ENV{PORT}, Listen => 16, ReuseAddr => 1) or die "listen: $!";
+while (my $c = $s->accept) { while (my $l = <$c>) { last if $l =~ /^\r?$/ } print $c "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n"; close $c }`
 
 func (l *loop) readBack(ctx context.Context, id string, want []byte) error {
 	var got bytes.Buffer
