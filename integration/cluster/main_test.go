@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +112,26 @@ func tail(path string, n int64) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+var runnerImage struct {
+	once sync.Once
+	err  error
+	out  []byte
+}
+
+// needRunnerImage builds the Docker provider's default image (tether-runner:dev) once per test
+// binary, FROM scratch out of the binaries under test — always, so the containers run the runner
+// being tested rather than whatever image an earlier build left.
+func needRunnerImage(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		need(t, "docker (the Docker provider's workspaces)")
+	}
+	runnerImage.once.Do(func() {
+		runnerImage.out, runnerImage.err = exec.Command("../../.ci/images", binDir, "runner").CombinedOutput()
+	})
+	if runnerImage.err != nil {
+		t.Fatalf("build tether-runner:dev: %v\n%s", runnerImage.err, runnerImage.out)
+	}
 }
