@@ -236,7 +236,13 @@ func (s *Server) OperatorToken() string { return s.operatorToken }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+		// A controller cut off from the store is no use to a balancer: it holds no runner and
+		// can answer nothing. 503 takes it out of rotation until its heartbeat is written again.
+		if !s.members.Owning() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no heartbeat written within the lapse", "version": s.cfg.Version, "id": s.id})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version, "id": s.id})
 	})
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
 	mux.Handle("GET /internal/v1/allocations/{id}/tunnel", s.requirePeer(http.HandlerFunc(s.handleTunnel)))
