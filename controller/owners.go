@@ -158,7 +158,10 @@ func (s *Server) waitRunner(ctx context.Context, allocationID string) (*hub.Conn
 		select {
 		case c := <-local:
 			return c, nil
-		case <-changed:
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil // the store closed: the poll goes on alone
+			}
 		case <-poll.Chan():
 		case <-ctx.Done():
 			return nil, ctx.Err()
