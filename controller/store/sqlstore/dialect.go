@@ -25,15 +25,25 @@ type dialect struct {
 	lock func(ctx context.Context, tx *sql.Tx) error
 	// uniqueConstraint names the unique constraint or index err violated, or returns "".
 	uniqueConstraint func(err error) string
+	// shared is true for a database several controller processes share (PostgreSQL): cluster
+	// locks are then the database's session locks and allocation changes reach watchers through
+	// it (LISTEN/NOTIFY). SQLite's database belongs to one process, so both stay in the process.
+	shared bool
+	// announce turns an UPDATE of allocations into a statement that returns the ids of the rows
+	// it changed and, where the database carries notifications, announces each to watchers.
+	announce func(update string) string
 
 	rebound sync.Map // query → rewritten query
 }
 
 var sqliteDialect = &dialect{
-	name:             "sqlite",
-	types:            strings.NewReplacer("{ts}", "TIMESTAMP", "{bool}", "INTEGER", "{false}", "0", "{int64}", "INTEGER"),
-	lock:             func(context.Context, *sql.Tx) error { return nil },
-	uniqueConstraint: func(error) string { return "" }, // writers are serialized: checks inside a transaction hold
+	name:  "sqlite",
+	types: strings.NewReplacer("{ts}", "TIMESTAMP", "{bool}", "INTEGER", "{false}", "0", "{int64}", "INTEGER"),
+	lock:  func(context.Context, *sql.Tx) error { return nil },
+	// Writers are serialized: checks inside a transaction hold.
+	uniqueConstraint: func(error) string { return "" },
+	// The ids are sent to this process's watchers by the caller (changeAllocations).
+	announce: func(update string) string { return update + ` RETURNING id` },
 }
 
 // q rewrites a query written with `?` placeholders for d. Question marks inside '…' literals are

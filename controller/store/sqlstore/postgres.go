@@ -32,6 +32,12 @@ var postgresDialect = &dialect{
 		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey)
 		return err
 	},
+	shared: true,
+	// The notifications are queued by the statement and delivered when it commits, to every
+	// session listening (the listener of each controller, this one's included).
+	announce: func(update string) string {
+		return `WITH changed AS (` + update + ` RETURNING id) SELECT changed.id FROM changed, pg_notify('` + allocationsChannel + `', changed.id)`
+	},
 	uniqueConstraint: func(err error) string {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation

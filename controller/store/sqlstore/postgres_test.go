@@ -43,6 +43,12 @@ func TestPostgresColumnTypes(t *testing.T) {
 		{"snapshots", "reclaimed_at", "timestamp with time zone"},
 		{"workspaces", "reclaimed_at", "timestamp with time zone"},
 		{"projects", "created_at", "timestamp with time zone"},
+		{"allocations", "owner_since", "timestamp with time zone"},
+		{"allocations", "ready_by", "timestamp with time zone"},
+		{"members", "heartbeat_at", "timestamp with time zone"},
+		{"tokens", "expires_at", "timestamp with time zone"},
+		{"tokens", "revoked_at", "timestamp with time zone"},
+		{"uploads", "touched_at", "timestamp with time zone"},
 	} {
 		var got string
 		err := sqlstore.QueryRow(ctx, db, `SELECT data_type FROM information_schema.columns

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -20,21 +21,33 @@ type DB struct {
 	db    *sql.DB
 	d     *dialect
 	clock clockwork.Clock
+
+	// bg is the context of the store's own goroutines (the PostgreSQL listener, counted in wg);
+	// Close cancels it and waits for them.
+	bg        context.Context
+	stopBg    context.CancelFunc
+	wg        sync.WaitGroup
+	watch     watchHub  // the watchers of allocation changes
+	locks     lockTable // the cluster locks this store holds
+	closeOnce sync.Once
 }
 
 // DB implements every role of the store.
 var (
-	_ store.Store       = (*DB)(nil)
-	_ store.Workspaces  = (*DB)(nil)
-	_ store.Events      = (*DB)(nil)
-	_ store.Allocations = (*DB)(nil)
-	_ store.Sessions    = (*DB)(nil)
-	_ store.Runs        = (*DB)(nil)
-	_ store.Snapshots   = (*DB)(nil)
-	_ store.Leases      = (*DB)(nil)
-	_ store.Artifacts   = (*DB)(nil)
-	_ store.Services    = (*DB)(nil)
-	_ store.Projects    = (*DB)(nil)
+	_ store.Store        = (*DB)(nil)
+	_ store.Workspaces   = (*DB)(nil)
+	_ store.Events       = (*DB)(nil)
+	_ store.Allocations  = (*DB)(nil)
+	_ store.Sessions     = (*DB)(nil)
+	_ store.Runs         = (*DB)(nil)
+	_ store.Snapshots    = (*DB)(nil)
+	_ store.Leases       = (*DB)(nil)
+	_ store.Artifacts    = (*DB)(nil)
+	_ store.Services     = (*DB)(nil)
+	_ store.Projects     = (*DB)(nil)
+	_ store.Members      = (*DB)(nil)
+	_ store.Tokens       = (*DB)(nil)
+	_ store.Coordination = (*DB)(nil)
 )
 
 // Option configures a store as it opens.
@@ -79,17 +92,29 @@ func OpenSQLite(ctx context.Context, path string, opts ...Option) (*DB, error) {
 // open migrates db and wraps it; it closes db on failure.
 func open(ctx context.Context, db *sql.DB, d *dialect, opts []Option) (*DB, error) {
 	s := &DB{db: db, d: d, clock: clockwork.NewRealClock()}
+	s.bg, s.stopBg = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.stopBg()
 		db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *DB) Close() error { return s.db.Close() }
+// Close ends every watch (closing its channel), releases the cluster locks still held, stops
+// the store's goroutines and closes the database. Calling it again only closes the database again.
+func (s *DB) Close() error {
+	s.closeOnce.Do(func() {
+		s.watch.close()
+		s.stopListener()
+		s.wg.Wait()
+		s.locks.close()
+	})
+	return s.db.Close()
+}
 
 func notFound(kind, id string) error {
 	return protocol.Errorf(protocol.CodeNotFound, "%s %q not found", kind, id)

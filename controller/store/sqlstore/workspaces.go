@@ -55,9 +55,8 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 		}
 		return fmt.Errorf("insert workspace: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO allocations (id, workspace_id, provider, state, root, bootstrap_hash, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), a.ID, a.WorkspaceID, a.Provider, a.State, a.Root, a.BootstrapHash, a.CreatedAt.UTC(), a.UpdatedAt.UTC()); err != nil {
-		return fmt.Errorf("insert allocation: %w", err)
+	if err := s.insertAllocation(ctx, tx, a); err != nil {
+		return err
 	}
 	if err := s.addEvent(ctx, tx, w.ID, "", w.State, "created", w.CreatedAt.UTC()); err != nil {
 		return err

@@ -37,6 +37,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		// Allocations
 		{"Allocations", plain(testAllocations)},
 		{"AllocationInfo", plain(testAllocationInfo)},
+		{"AllocationOwners", testAllocationOwners},
+		{"AllocationPlacement", plain(testAllocationPlacement)},
 		// Sessions
 		{"SessionRotation", plain(testSessionRotation)},
 		{"SessionRotationRace", plain(testSessionRotationRace)},
@@ -57,6 +59,17 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		// Projects
 		{"Projects", plain(testProjects)},
 		{"ProjectWorkspaces", plain(testProjectWorkspaces)},
+		// Tokens
+		{"Tokens", plain(testTokens)},
+		{"TokenHashUnique", plain(testTokenHashUnique)},
+		// Members
+		{"Members", testMembers},
+		{"ClusterSecret", plain(testClusterSecret)},
+		// Coordination
+		{"ClusterLock", plain(testClusterLock)},
+		{"Uploads", testUploads},
+		{"WatchAllocations", plain(testWatchAllocations)},
+		{"WatchClosed", plain(testWatchClosed)},
 		// Every role's lookups of missing records
 		{"NotFound", plain(testNotFound)},
 	}
