@@ -121,9 +121,10 @@ func (l *loop) step(round int, broken *bool, op string, fn func(ctx context.Cont
 func (l *loop) round(n int) {
 	var broken bool
 	var ws api.Workspace
-	// Round robin hands a fixed sequence of requests to the controllers in a fixed pattern
-	// (without routing, every create reached c1 and every runner c2): a few requests first
-	// shift each round's pattern, so every operation meets every controller.
+	// Round robin hands a fixed sequence of requests to the controllers in a fixed pattern: a
+	// few requests first shift each round's, so every operation meets every controller. (Not
+	// the runner's connection: it is always the request after its create, so it always reaches
+	// the next controller — creation itself needs the cluster's routing.)
 	l.step(n, &broken, "shift", func(ctx context.Context) error {
 		for range n % len(l.c.Controllers) {
 			if _, err := l.cl.ListWorkspaces(ctx, false); err != nil {
