@@ -204,7 +204,7 @@ func (s *Server) releaseAllocation(ctx context.Context, ws api.Workspace) error 
 	if err := s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocDestroyed, "", ""); err != nil {
 		return err
 	}
-	s.hub.Disconnect(ws.AllocationID)
+	s.disconnect(ctx, ws.AllocationID)
 	if err := s.destroySandbox(ctx, a); err != nil {
 		return err
 	}

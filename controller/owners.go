@@ -109,6 +109,39 @@ func (s *Server) handleEvict(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// disconnectPath is where a controller closes a runner connection it holds on a peer's behalf.
+func disconnectPath(allocationID string) string {
+	return "/internal/v1/allocations/" + allocationID + "/disconnect"
+}
+
+// disconnect closes the runner connection of an allocation wherever it is held: here, or — asked
+// over the peer channel — at its owner (a runner over budget through a tunnel is cut off at the
+// source, not merely from this controller's tunnel). Best effort: a connection that stays is one
+// whose allocation the caller has just revoked or struck, and the store refuses it later anyway.
+func (s *Server) disconnect(ctx context.Context, allocationID string) {
+	if _, ok := s.hub.Get(allocationID); ok {
+		s.hub.Disconnect(allocationID)
+		return
+	}
+	a, err := s.store.GetAllocation(ctx, allocationID)
+	if err != nil || a.Owner == "" || a.Owner == s.id {
+		return
+	}
+	m, err := s.store.GetMember(ctx, a.Owner)
+	if err != nil || !s.members.Alive(m) {
+		return
+	}
+	if err := s.peerCall(ctx, m, http.MethodPost, disconnectPath(allocationID)); err != nil {
+		s.log.Warn("ask the owner to disconnect a runner", "allocation", allocationID, "owner", m.ID, "err", err)
+	}
+}
+
+// handleDisconnect closes a runner connection this controller holds, for a peer.
+func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request) {
+	s.hub.Disconnect(r.PathValue("id"))
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // handleTunnel serves a peer's tunnel to a runner this controller holds.
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.hub.Get(r.PathValue("id"))

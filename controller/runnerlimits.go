@@ -101,6 +101,7 @@ func (s *Server) strike(c *hub.Conn, why string) {
 	if err := s.store.RecordEvent(context.WithoutCancel(s.ctx), c.WorkspaceID, cause); err != nil {
 		s.log.Error("record event", "workspace", c.WorkspaceID, "err", err)
 	}
+	s.disconnect(context.WithoutCancel(s.ctx), c.AllocationID)
 	c.Close()
 }
 

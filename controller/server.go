@@ -247,6 +247,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
 	mux.Handle("GET /internal/v1/allocations/{id}/tunnel", s.requirePeer(http.HandlerFunc(s.handleTunnel)))
 	mux.Handle("POST /internal/v1/allocations/{id}/evict", s.requirePeer(http.HandlerFunc(s.handleEvict)))
+	mux.Handle("POST /internal/v1/allocations/{id}/disconnect", s.requirePeer(http.HandlerFunc(s.handleDisconnect)))
 	mux.Handle("POST /internal/v1/allocations/{id}/stop", s.requirePeer(s.handleSandboxOp(sandboxStop)))
 	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.requirePeer(s.handleSandboxOp(sandboxDestroy)))
 
