@@ -11,12 +11,14 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/store/sqlstore"
 )
 
-// fakeUploads is the upload part of store.Coordination, stamping touches with clock.
-type fakeUploads struct {
-	store.Coordination // the other methods are not called
-	clock              clockwork.Clock
+// observedUploads is a real store (SQLite, on the test's clock) whose upload heartbeats the
+// test watches: each touch is reported on touches, and it can be made to fail.
+type observedUploads struct {
+	store.Coordination
+	clock clockwork.Clock
 
 	mu      sync.Mutex
 	touched map[string]time.Time
@@ -27,18 +29,29 @@ type fakeUploads struct {
 	touches chan string
 }
 
-func newFakeUploads(clock clockwork.Clock) *fakeUploads {
-	return &fakeUploads{clock: clock, touched: map[string]time.Time{}, by: map[string]string{},
+func newObservedUploads(t *testing.T, clock clockwork.Clock) *observedUploads {
+	t.Helper()
+	st, err := sqlstore.Open(context.Background(), "", t.TempDir(), sqlstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &observedUploads{Coordination: st, clock: clock, touched: map[string]time.Time{}, by: map[string]string{},
 		touches: make(chan string, 64)}
 }
 
-func (f *fakeUploads) TouchUpload(ctx context.Context, key, controller string) error {
+func (f *observedUploads) TouchUpload(ctx context.Context, key, controller string) error {
 	f.mu.Lock()
 	err := f.fail
-	if err == nil {
-		f.touched[key], f.by[key] = f.clock.Now().UTC(), controller
-	}
 	f.mu.Unlock()
+	if err == nil {
+		err = f.Coordination.TouchUpload(ctx, key, controller)
+	}
+	if err == nil {
+		f.mu.Lock()
+		f.touched[key], f.by[key] = f.clock.Now().UTC(), controller
+		f.mu.Unlock()
+	}
 	select {
 	case f.touches <- key:
 	default:
@@ -46,7 +59,10 @@ func (f *fakeUploads) TouchUpload(ctx context.Context, key, controller string) e
 	return err
 }
 
-func (f *fakeUploads) DoneUpload(ctx context.Context, key string) error {
+func (f *observedUploads) DoneUpload(ctx context.Context, key string) error {
+	if err := f.Coordination.DoneUpload(ctx, key); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.touched, key)
@@ -54,21 +70,15 @@ func (f *fakeUploads) DoneUpload(ctx context.Context, key string) error {
 	return nil
 }
 
-func (f *fakeUploads) LiveUploads(ctx context.Context, since time.Time) (map[string]bool, error) {
+func (f *observedUploads) LiveUploads(ctx context.Context, since time.Time) (map[string]bool, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.since = since
-	out := map[string]bool{}
-	for k, at := range f.touched {
-		if !at.Before(since) {
-			out[k] = true
-		}
-	}
-	return out, nil
+	f.mu.Unlock()
+	return f.Coordination.LiveUploads(ctx, since)
 }
 
 // touchedAt is when key was last touched and by which controller.
-func (f *fakeUploads) touchedAt(key string) (at time.Time, by string, ok bool) {
+func (f *observedUploads) touchedAt(key string) (at time.Time, by string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	at, ok = f.touched[key]
@@ -76,7 +86,7 @@ func (f *fakeUploads) touchedAt(key string) (at time.Time, by string, ok bool) {
 }
 
 // nextTouch waits for a TouchUpload of key.
-func (f *fakeUploads) nextTouch(t *testing.T, key string) {
+func (f *observedUploads) nextTouch(t *testing.T, key string) {
 	t.Helper()
 	select {
 	case k := <-f.touches:
@@ -99,7 +109,7 @@ func liveNow(t *testing.T, tr *uploadTracker) func(string) bool {
 
 func TestUploadTrackerBeats(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	f := newFakeUploads(clock)
+	f := newObservedUploads(t, clock)
 	tr := newUploadTracker(f, "ctl-a", clock, slog.New(slog.DiscardHandler))
 	const key = "snap/.tmp/0123"
 
@@ -151,7 +161,7 @@ func TestUploadTrackerBeats(t *testing.T) {
 // stops being live then.
 func TestUploadTrackerLapses(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	f := newFakeUploads(clock)
+	f := newObservedUploads(t, clock)
 	tr := newUploadTracker(f, "ctl-a", clock, slog.New(slog.DiscardHandler))
 	if err := f.TouchUpload(context.Background(), "snap/.tmp/crashed", "ctl-b"); err != nil {
 		t.Fatal(err)
@@ -169,7 +179,7 @@ func TestUploadTrackerLapses(t *testing.T) {
 // When touches fail, this controller's own sweeps still see its uploads as live.
 func TestUploadTrackerTouchFails(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	f := newFakeUploads(clock)
+	f := newObservedUploads(t, clock)
 	f.fail = errors.New("database unreachable")
 	tr := newUploadTracker(f, "ctl-a", clock, slog.New(slog.DiscardHandler))
 	const key = "snap/.tmp/0456"
