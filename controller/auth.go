@@ -42,24 +42,29 @@ func hashToken(t string) string {
 
 // loadOperatorToken reads DIR/operator.token, creating it (0600) on first start.
 func loadOperatorToken(dir string) (string, error) {
-	path := filepath.Join(dir, OperatorTokenFile)
+	return loadOrCreate(filepath.Join(dir, OperatorTokenFile), func() string { return newToken(prefixOperator) })
+}
+
+// loadOrCreate reads the one-line value kept in path, or creates the file (0600, synced) with
+// the value newValue makes when it does not exist yet.
+func loadOrCreate(path string, newValue func() string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
-		t := strings.TrimSpace(string(b))
-		if t == "" {
+		v := strings.TrimSpace(string(b))
+		if v == "" {
 			return "", fmt.Errorf("%s is empty", path)
 		}
-		return t, nil
+		return v, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
-	t := newToken(prefixOperator)
+	v := newValue()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", err
 	}
-	if _, err := f.WriteString(t + "\n"); err != nil {
+	if _, err := f.WriteString(v + "\n"); err != nil {
 		f.Close()
 		return "", err
 	}
@@ -67,7 +72,7 @@ func loadOperatorToken(dir string) (string, error) {
 		f.Close()
 		return "", err
 	}
-	return t, f.Close()
+	return v, f.Close()
 }
 
 func bearer(r *http.Request) string {

@@ -2,13 +2,8 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/tetherhq/tether/controller/hub"
@@ -23,40 +18,7 @@ const controllerIDFile = "controller.id"
 
 // loadControllerID reads DIR/controller.id, creating it on first start.
 func loadControllerID(dir string) (string, error) {
-	path := filepath.Join(dir, controllerIDFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		id := strings.TrimSpace(string(b))
-		if id == "" {
-			return "", fmt.Errorf("%s is empty", path)
-		}
-		return id, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	id := newID("ctl_")
-	if err := writeFileSync(path, id+"\n"); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-// writeFileSync creates path (0600) with content and syncs it; an existing file is an error.
-func writeFileSync(path, content string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(content); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return loadOrCreate(filepath.Join(dir, controllerIDFile), func() string { return newID("ctl_") })
 }
 
 // authorizePeer sets the credentials of a call to another controller.

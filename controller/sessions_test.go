@@ -131,19 +131,7 @@ func TestSecondRunnerConnectionRefused(t *testing.T) {
 	sess, w := tc.connectOnce(t, a, a.token, true)
 	live, _ := tc.s.hub.Get(a.allocationID)
 	// The real runner answers an operation the controller opens.
-	go func() {
-		for {
-			st, err := sess.AcceptStream()
-			if err != nil {
-				return
-			}
-			var h protocol.Header
-			if protocol.ReadJSON(st, &h) == nil {
-				_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: []byte(`"` + h.ID + `"`)})
-			}
-			st.Close()
-		}
-	}()
+	answerOps(sess)
 	serves := func(id string) {
 		t.Helper()
 		c, ok := tc.s.hub.Get(a.allocationID)
