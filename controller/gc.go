@@ -3,7 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -273,14 +276,36 @@ func (s *Server) sweepBlobsOnce(ctx context.Context) error {
 // about to write the receipt of a fresh one.
 func (s *Server) sweepBlobs(ctx context.Context) error {
 	grace := s.cfg.SweepGrace
-	// nil until the upload tracker is wired in: every temporary older than the grace is swept.
 	// Temporaries of uploads still running anywhere in the cluster are left alone, whatever
 	// their age: only their heartbeat says whether they are alive.
 	live, err := s.uploads.live(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := s.blobs.SweepTemporaries(ctx, grace, live); err != nil {
+	// The store asks live only about temporaries past the grace, and removes those it answers
+	// false for: both lists are logged, so an operator (and the cluster tests) can tell which
+	// temporaries a sweep took and which it left to a running upload.
+	var mu sync.Mutex
+	left, taken := map[string]bool{}, map[string]bool{}
+	decide := func(key string) bool {
+		ok := live(key)
+		mu.Lock()
+		defer mu.Unlock()
+		if ok {
+			left[key] = true
+		} else {
+			taken[key] = true
+		}
+		return ok
+	}
+	n, err := s.blobs.SweepTemporaries(ctx, grace, decide)
+	if len(left) > 0 {
+		s.log.Info("blob sweep: left temporaries past the grace whose upload is running", "keys", slices.Sorted(maps.Keys(left)))
+	}
+	if len(taken) > 0 {
+		s.log.Info("blob sweep: swept temporaries past the grace with no running upload", "keys", slices.Sorted(maps.Keys(taken)), "removed", n)
+	}
+	if err != nil {
 		return err
 	}
 	keep, err := s.store.SnapshotObjectKeys(ctx)

@@ -66,6 +66,9 @@ func (b *bench) all(ctx context.Context) error {
 	if !b.cfg.noProj {
 		steps = append(steps, b.projects)
 	}
+	if !b.cfg.noClust {
+		steps = append(steps, b.cluster)
+	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err

@@ -1,8 +1,10 @@
 // Command bench measures Tether's runner, exec path and file transfers against Docker measured in
 // the same run, its snapshots against tar and zstd on the same tree, and its Git project
-// workspaces against git clone (and docker cp) of the same repository, and prints a Markdown
-// table (or JSON) of the figures and their ratios. `make bench` runs it with
-// TETHER_BIN_DIR pointing at freshly built binaries. It asserts nothing about timings.
+// workspaces against git clone (and docker cp) of the same repository, and what a cluster of
+// controllers behind HAProxy adds to a request (against one controller called directly) and how
+// long a failover takes, and prints a Markdown table (or JSON) of the figures and their ratios.
+// `make bench` runs it with TETHER_BIN_DIR pointing at freshly built binaries. It asserts
+// nothing about timings.
 package main
 
 import (
@@ -33,11 +35,16 @@ type config struct {
 	noSnap   bool
 	noDProv  bool // skip the Docker provider rows
 	noProj   bool // skip the project workspace rows
+	noClust  bool // skip the cluster rows
+	// clusterFileSize is the file the cluster rows get; failovers how many times they kill the
+	// runner's owner.
+	clusterFileSize int64
+	failovers       int
 }
 
 func main() {
 	var cfg config
-	var mib, fileMiB, b64MiB, treeMiB, projMiB int64
+	var mib, fileMiB, b64MiB, treeMiB, projMiB, clusterMiB int64
 	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
 	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
 	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
@@ -50,14 +57,18 @@ func main() {
 	flag.BoolVar(&cfg.noSnap, "no-snapshot", false, "skip the snapshot capture and restore rows")
 	flag.BoolVar(&cfg.noProj, "no-project", false, "skip the Git project rows (project create, and isolated project workspaces on the local and Docker providers)")
 	flag.BoolVar(&cfg.noDProv, "no-docker-provider", false, "skip the Docker provider rows (workspace start and 256 MiB file transfer in a container)")
+	flag.BoolVar(&cfg.noClust, "no-cluster", false, "skip the cluster rows (controllers on PostgreSQL and MinIO behind HAProxy, each in a network namespace: needs root, haproxy, PostgreSQL and MinIO)")
+	flag.Int64Var(&clusterMiB, "cluster-file-mib", 64, "MiB of the file the cluster rows get")
+	flag.IntVar(&cfg.failovers, "failovers", 5, "times the cluster rows kill the runner's owner (the median is reported)")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
-	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 || projMiB < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib, -tree-mib and -project-mib must be at least 1")
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 || projMiB < 1 || clusterMiB < 1 || cfg.failovers < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib, -tree-mib, -project-mib, -cluster-file-mib and -failovers must be at least 1")
 		os.Exit(2)
 	}
 	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize, cfg.projSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20, projMiB<<20
+	cfg.clusterFileSize = clusterMiB << 20
 	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
 	if cfg.binDir == "" {
 		cfg.binDir = "bin"

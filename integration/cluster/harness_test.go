@@ -14,19 +14,20 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
+	h "github.com/tetherhq/tether/integration/clusterharness"
 )
 
 // TestClusterHarness: one controller in its namespace, on PostgreSQL and S3, behind HAProxy in
 // either mode — the whole journey of a workspace through the balancer, with the Go client and
 // the CLI, and the runner dialing the balancer from inside the controller's namespace.
 func TestClusterHarness(t *testing.T) {
-	for _, mode := range []string{ModeHTTP, ModeTCP} {
+	for _, mode := range []string{h.ModeHTTP, h.ModeTCP} {
 		t.Run(mode, func(t *testing.T) { harnessJourney(t, mode) })
 	}
 }
 
 func harnessJourney(t *testing.T, mode string) {
-	c := New(t, Options{Controllers: 1, Mode: mode})
+	c := h.New(t, h.Options{Controllers: 1, Mode: mode})
 	cl := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -103,7 +104,7 @@ func harnessJourney(t *testing.T, mode string) {
 // node reaches the next directly) — the balancer routes around a controller cut off the
 // network, killed or stopped, and a restored or restarted one is back behind it.
 func TestClusterNetwork(t *testing.T) {
-	c := New(t, Options{Controllers: 3})
+	c := h.New(t, h.Options{Controllers: 3})
 	cl := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
+	h "github.com/tetherhq/tether/integration/clusterharness"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -30,7 +31,7 @@ const opTimeout = 2 * time.Minute
 // reaches any controller: the runner's owner serves it, others reach it through a tunnel.
 func TestClusterThreeControllers(t *testing.T) {
 	needRunnerImage(t)
-	c := New(t, Options{Controllers: 3, ServeArgs: []string{"--ready-timeout", "20s"}})
+	c := h.New(t, h.Options{Controllers: 3, ServeArgs: []string{"--ready-timeout", "20s"}})
 	l := &loop{t: t, c: c, cl: c.Client(t), stats: map[string]*opStats{}}
 	rounds := 200
 	if v, err := strconv.Atoi(os.Getenv("TETHER_CLUSTER_ROUNDS")); err == nil && v > 0 {
@@ -45,7 +46,7 @@ func TestClusterThreeControllers(t *testing.T) {
 		l.round(run)
 	}
 	failed := false
-	t.Logf("%d of %d rounds run, through %s (%s mode)", run, rounds, c.LB.LocalURL, ModeHTTP)
+	t.Logf("%d of %d rounds run, through %s (%s mode)", run, rounds, c.LB.LocalURL, h.ModeHTTP)
 	for _, op := range loopOps {
 		s := l.stats[op]
 		if s == nil {
@@ -67,7 +68,7 @@ func TestClusterThreeControllers(t *testing.T) {
 
 type loop struct {
 	t     *testing.T
-	c     *Cluster
+	c     *h.Cluster
 	cl    *client.Client
 	stats map[string]*opStats
 }

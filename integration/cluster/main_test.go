@@ -1,7 +1,8 @@
 // Package cluster tests several controllers sharing one PostgreSQL and one S3 bucket behind a
 // real HAProxy, each controller in a network namespace of its own on a test bridge, with real
-// runners of the local provider dialing the balancer. The harness (New) builds all of it; the
-// tests drive it through the balancer with the Go client and the tether CLI.
+// runners of the local provider dialing the balancer. The harness (integration/clusterharness,
+// shared with the bench) builds all of it; the tests drive it through the balancer with the Go
+// client and the tether CLI.
 //
 // It needs root (namespaces, links), iproute2, haproxy, PostgreSQL's server binaries and MinIO:
 // `.ci/deps` installs them. Without them the tests skip, saying what is missing — or fail when
@@ -10,19 +11,15 @@ package cluster
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/controller/store/sqlstore/pgtest"
+	h "github.com/tetherhq/tether/integration/clusterharness"
 )
-
-// binDir holds the binaries under test: TETHER_BIN_DIR (make test builds them) or a fresh build.
-var binDir string
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -33,85 +30,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// run points the harness at the binaries under test: TETHER_BIN_DIR (make test builds them) or
+// a fresh build.
 func run(m *testing.M) (int, error) {
-	binDir = os.Getenv("TETHER_BIN_DIR")
-	if binDir == "" {
+	h.BinDir = os.Getenv("TETHER_BIN_DIR")
+	if h.BinDir == "" {
 		dir, err := os.MkdirTemp("", "tether-bin-")
 		if err != nil {
 			return 0, err
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/tether", "../../cmd/tether-runner", "../../cmd/tether-provider-local")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/tether", "../../cmd/tether-runner", "../../cmd/tether-provider-local", "../../cmd/tether-provider-docker")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return 0, fmt.Errorf("build binaries: %v\n%s", err, out)
 		}
-		binDir = dir
+		h.BinDir = dir
 	}
 	// pgtest.Main stops the PostgreSQL server the tests started.
 	return pgtest.Main(m), nil
 }
 
-func bin(name string) string { return filepath.Join(binDir, name) }
-
-// need skips t for want of what (a capability this machine lacks), or fails it when CI is set:
-// there everything is installed, and a skip would hide a broken setup.
-func need(t *testing.T, what string) {
-	t.Helper()
-	msg := "this test needs " + what
-	if pgtest.InCI() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// requireNetworking checks for what the network needs: root and iproute2 with namespaces.
-func requireNetworking(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		need(t, "root (it makes network namespaces, veth pairs and a bridge)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		need(t, "ip (Debian package iproute2)")
-	}
-}
-
-// eventually polls cond until it holds, failing t after within. Deadlines are generous bounds
-// on liveness, not timing assertions; detail, when given, says what was last seen.
+// eventually is the harness's poll with a deadline, for brevity.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool, detail ...func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("timed out after %s waiting for %s", within, what)
-			for _, d := range detail {
-				msg += ": " + d()
-			}
-			t.Fatal(msg)
-		}
-		<-tick.C
-	}
-}
-
-// tail is the last n bytes of the file at path (a log), or why it cannot be read.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		if _, err := f.Seek(-n, io.SeekEnd); err != nil {
-			return err.Error()
-		}
-	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
+	h.Eventually(t, within, what, cond, detail...)
 }
 
 var runnerImage struct {
@@ -126,10 +69,13 @@ var runnerImage struct {
 func needRunnerImage(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
-		need(t, "docker (the Docker provider's workspaces)")
+		if pgtest.InCI() {
+			t.Fatal("this test needs docker (the Docker provider's workspaces)")
+		}
+		t.Skip("this test needs docker (the Docker provider's workspaces)")
 	}
 	runnerImage.once.Do(func() {
-		runnerImage.out, runnerImage.err = exec.Command("../../.ci/images", binDir, "runner").CombinedOutput()
+		runnerImage.out, runnerImage.err = exec.Command("../../.ci/images", h.BinDir, "runner").CombinedOutput()
 	})
 	if runnerImage.err != nil {
 		t.Fatalf("build tether-runner:dev: %v\n%s", runnerImage.err, runnerImage.out)

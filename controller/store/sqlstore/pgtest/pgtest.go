@@ -44,13 +44,20 @@ var pg struct {
 // Main runs the tests and then stops the server they started, if any. It returns m.Run's code.
 func Main(m *testing.M) int {
 	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the server this process started, if any: Main does after the tests; a program
+// that is not a test binary but uses a testing.TB of its own (the bench) calls it when done.
+// Nothing may use the server afterwards.
+func Stop() {
 	if pg.admin != nil {
 		pg.admin.Close()
 	}
 	if pg.stop != nil {
 		pg.stop()
 	}
-	return code
 }
 
 // InCI reports whether CI is set: there a missing server fails the test instead of skipping it.

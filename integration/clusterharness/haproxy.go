@@ -1,4 +1,4 @@
-package cluster
+package clusterharness
 
 import (
 	"bufio"
@@ -80,7 +80,7 @@ backend controllers
 
 // StartBalancer starts HAProxy (haproxy -db: in the foreground, killed with t) in front of
 // backends. The servers need not be up yet: WaitState tells when HAProxy sees them.
-func StartBalancer(t *testing.T, n *Network, mode string, backends []Backend) *Balancer {
+func StartBalancer(t testing.TB, n *Network, mode string, backends []Backend) *Balancer {
 	t.Helper()
 	bin := haproxyBinary()
 	if bin == "" {
@@ -109,7 +109,7 @@ func haproxyBinary() string {
 	return ""
 }
 
-func startHAProxy(t *testing.T, bin, dir string, n *Network, mode string, backends []Backend) (*Balancer, error) {
+func startHAProxy(t testing.TB, bin, dir string, n *Network, mode string, backends []Backend) (*Balancer, error) {
 	port, err := freePort(n)
 	if err != nil {
 		return nil, err
@@ -174,7 +174,7 @@ func startHAProxy(t *testing.T, bin, dir string, n *Network, mode string, backen
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("haproxy log (tail):\n%s", tail(b.log, 16<<10))
+			t.Logf("haproxy log (tail):\n%s", Tail(b.log, 16<<10))
 		}
 		stop()
 	})
@@ -220,7 +220,7 @@ func (b *Balancer) command(cmd string) (string, error) {
 
 // States is each backend server's state as HAProxy's checks see it: "UP", "DOWN", "MAINT",
 // or a transition such as "UP 1/2".
-func (b *Balancer) States(t *testing.T) map[string]string {
+func (b *Balancer) States(t testing.TB) map[string]string {
 	t.Helper()
 	out, err := b.command("show stat")
 	if err != nil {
@@ -244,10 +244,10 @@ func (b *Balancer) States(t *testing.T) map[string]string {
 }
 
 // WaitState waits until HAProxy's checks put server in state ("UP" or "DOWN").
-func (b *Balancer) WaitState(t *testing.T, server, state string) {
+func (b *Balancer) WaitState(t testing.TB, server, state string) {
 	t.Helper()
 	var last string
-	eventually(t, 30*time.Second, fmt.Sprintf("haproxy to see %s %s", server, state), func() bool {
+	Eventually(t, 30*time.Second, fmt.Sprintf("haproxy to see %s %s", server, state), func() bool {
 		last = b.States(t)[server]
 		return last == state
 	}, func() string { return "last state " + last })
@@ -255,7 +255,7 @@ func (b *Balancer) WaitState(t *testing.T, server, state string) {
 
 // SetMaint puts a server in (on) or out of maintenance: HAProxy sends it nothing new, as an
 // operator draining a controller would.
-func (b *Balancer) SetMaint(t *testing.T, server string, on bool) {
+func (b *Balancer) SetMaint(t testing.TB, server string, on bool) {
 	t.Helper()
 	state := "ready"
 	if on {

@@ -1,11 +1,14 @@
-package cluster
+package clusterharness
 
 import (
 	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,11 +40,21 @@ type Controller struct {
 // controller in particular (the test's process reaches every node through the bridge).
 func (c *Controller) URL() string { return "http://" + c.Addr }
 
+// runMarker starts each run's part of the log.
+const runMarker = "=== run "
+
 var listenLine = regexp.MustCompile(`tether controller on http://\S+`)
 
 // Start runs the controller and returns once it listens. It fails t if the controller is
 // already running or exits before it listens.
-func (c *Controller) Start(t *testing.T) {
+func (c *Controller) Start(t testing.TB) {
+	t.Helper()
+	c.StartWith(t)
+}
+
+// StartWith is Start with more flags for this run only (a later flag overrides an earlier one
+// of the same name: `--sweep-grace 0s`).
+func (c *Controller) StartWith(t testing.TB, more ...string) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -53,9 +66,9 @@ func (c *Controller) Start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(logf, "=== run %d of %s at %s\n", c.runs, c.Name, time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, runMarker+"%d of %s at %s\n", c.runs, c.Name, time.Now().Format(time.RFC3339Nano))
 	listening := make(chan struct{})
-	cmd := c.Node.Command(bin("tether"), c.args...)
+	cmd := c.Node.Command(bin("tether"), append(slices.Clone(c.args), more...)...)
 	cmd.Env = c.env
 	cmd.Stdout = logf
 	cmd.Stderr = &lineWatch{w: logf, re: listenLine, found: listening}
@@ -73,11 +86,11 @@ func (c *Controller) Start(t *testing.T) {
 	select {
 	case <-listening:
 	case <-exited:
-		t.Fatalf("controller %s exited before it listened; log:\n%s", c.Name, tail(c.log, 16<<10))
+		t.Fatalf("controller %s exited before it listened; log:\n%s", c.Name, Tail(c.log, 16<<10))
 	case <-time.After(60 * time.Second):
 		_ = cmd.Process.Kill()
 		<-exited
-		t.Fatalf("controller %s did not listen within 60s; log:\n%s", c.Name, tail(c.log, 16<<10))
+		t.Fatalf("controller %s did not listen within 60s; log:\n%s", c.Name, Tail(c.log, 16<<10))
 	}
 }
 
@@ -104,27 +117,27 @@ func (c *Controller) Running() bool {
 // Kill kills the controller with SIGKILL, as a crash would: nothing of its shutdown runs, and
 // its runners live on (they reconnect through the balancer). It returns once the process is
 // gone; killing a stopped controller does nothing.
-func (c *Controller) Kill(t *testing.T) {
+func (c *Controller) Kill(t testing.TB) {
 	t.Helper()
 	c.signal(t, syscall.SIGKILL, 0)
 }
 
 // Stop stops the controller gracefully with SIGTERM and waits for it to exit; one that takes
 // longer than a minute is killed and fails t.
-func (c *Controller) Stop(t *testing.T) {
+func (c *Controller) Stop(t testing.TB) {
 	t.Helper()
 	c.signal(t, syscall.SIGTERM, time.Minute)
 }
 
 // Restart kills the controller (when it runs) and starts it again with the same data
 // directory, address and flags.
-func (c *Controller) Restart(t *testing.T) {
+func (c *Controller) Restart(t testing.TB) {
 	t.Helper()
 	c.Kill(t)
 	c.Start(t)
 }
 
-func (c *Controller) signal(t *testing.T, sig syscall.Signal, within time.Duration) {
+func (c *Controller) signal(t testing.TB, sig syscall.Signal, within time.Duration) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -173,3 +186,31 @@ func (l *lineWatch) Write(p []byte) (int, error) {
 	}
 	return l.w.Write(p)
 }
+
+// ID is the controller's id in the cluster (DATA/controller.id, written on its first start and
+// kept across restarts): what the store names as a runner's owner.
+func (c *Controller) ID(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Data, "controller.id"))
+	if err != nil {
+		t.Fatalf("controller %s's id: %v", c.Name, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// RunLog is what the controller's current run (its last, once it exited) has logged so far.
+func (c *Controller) RunLog(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(c.log)
+	if err != nil {
+		t.Fatalf("controller %s's log: %v", c.Name, err)
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, runMarker); i >= 0 {
+		s = s[i:]
+	}
+	return s
+}
+
+// LogPath is the file the controller's runs log to, one after another.
+func (c *Controller) LogPath() string { return c.log }

@@ -1,4 +1,4 @@
-package cluster
+package clusterharness
 
 import (
 	"encoding/json"
@@ -60,7 +60,7 @@ var subnetBase = [2]byte{10, 213}
 
 // NewNetwork makes the bridge, on a subnet no interface or route of the machine overlaps,
 // and tears everything of the network down when t ends.
-func NewNetwork(t *testing.T) *Network {
+func NewNetwork(t testing.TB) *Network {
 	t.Helper()
 	requireNetworking(t)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
@@ -112,7 +112,7 @@ func NewNetwork(t *testing.T) *Network {
 
 // AddNode makes a network namespace joined to the bridge, with the next address of the
 // subnet and its loopback up.
-func (n *Network) AddNode(t *testing.T, name string) *Node {
+func (n *Network) AddNode(t testing.TB, name string) *Node {
 	t.Helper()
 	n.mu.Lock()
 	i := len(n.nodes)
@@ -151,13 +151,13 @@ func (nd *Node) Command(name string, args ...string) *exec.Cmd {
 // Cut takes the host end of the node's veth down: the node is cut off from the host, the
 // balancer and every other node; its processes keep running and its sockets stay open
 // (nothing answers them), as in a partition.
-func (n *Network) Cut(t *testing.T, nd *Node) {
+func (n *Network) Cut(t testing.TB, nd *Node) {
 	t.Helper()
 	mustRun(t, "ip", "link", "set", nd.HostIf, "down")
 }
 
 // Restore brings the node's link back up.
-func (n *Network) Restore(t *testing.T, nd *Node) {
+func (n *Network) Restore(t testing.TB, nd *Node) {
 	t.Helper()
 	mustRun(t, "ip", "link", "set", nd.HostIf, "up")
 }
@@ -165,7 +165,7 @@ func (n *Network) Restore(t *testing.T, nd *Node) {
 func (n *Network) statePath() string { return filepath.Join(stateDir, n.ID+".json") }
 
 // saveState replaces the network's state file (callers hold no lock on n.mu).
-func (n *Network) saveState(t *testing.T) {
+func (n *Network) saveState(t testing.TB) {
 	t.Helper()
 	n.mu.Lock()
 	b, err := json.Marshal(n.state)
@@ -257,7 +257,7 @@ func linkExists(name string) bool {
 
 // sweepStaleNetworks tears down networks whose test process is gone (killed by a timeout, a
 // panic or a signal before its cleanup ran). The caller holds the lock.
-func sweepStaleNetworks(t *testing.T) {
+func sweepStaleNetworks(t testing.TB) {
 	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.json"))
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -334,7 +334,7 @@ func freeSubnet() (netip.Prefix, error) {
 }
 
 // mustRun runs a command and fails t with its output unless it succeeds.
-func mustRun(t *testing.T, args ...string) string {
+func mustRun(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
