@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"database/sql"
 	"fmt"
 	"io"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tetherhq/tether/controller/blob/blobtest"
@@ -36,6 +38,9 @@ type Cluster struct {
 	Bucket      string
 
 	cliData string // an empty TETHER_DATA, so the CLI reads no operator's ~/.tether
+
+	dbMu sync.Mutex
+	db   *sql.DB // the store's database, for tests that read it (DB)
 }
 
 // New builds a cluster for t — a fresh database, a fresh bucket, the bridge and one node per
