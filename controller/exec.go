@@ -16,6 +16,10 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
+// execReconnectWait bounds how long an exec whose runner connection ended before the run was
+// sent waits for the runner to be reachable again: the client's own retry budget.
+const execReconnectWait = 5 * time.Second
+
 // cancelGrace bounds how long the controller waits for the exit of a command it canceled
 // because the client went away, to record it.
 const cancelGrace = 10 * time.Second
@@ -31,7 +35,11 @@ var clientUpgrader = websocket.Upgrader{
 // started, stdout, stderr and exit frames back. The run is recorded before it starts and settled
 // when the exit arrives.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	ws, _, epoch, err := s.writer(r)
+	// The runner is reached here, before the upgrade, and that connection is the one used: a
+	// refusal before the upgrade is an HTTP answer the client retries (nothing ran), one after it
+	// is not. Reaching it again after the upgrade failed execs in a rolling restart, when the
+	// runner's owner, draining, disowned it in between.
+	ws, rc, epoch, err := s.writer(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -54,11 +62,6 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		fail(protocol.Errorf(protocol.CodeInvalidArgument, "exec needs a command"))
 		return
 	}
-	rc, err := s.reach(r.Context(), ws.AllocationID)
-	if err != nil {
-		fail(protocol.AsError(err))
-		return
-	}
 	args.RunID = newID("run_")
 	run := api.Run{ID: args.RunID, WorkspaceID: ws.ID, AllocationID: ws.AllocationID, Argv: args.Argv,
 		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: s.now()}
@@ -67,6 +70,20 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := rc.Open(protocol.OpExec, args.RunID, epoch, args)
+	if err != nil && !hub.MaybeSent(err) && closed(rc) {
+		// The connection ended before anything of the run was sent, so nothing ran: its owner
+		// went away since the reach above (a controller draining for a restart closes its
+		// runners' connections once no stream is open on them, and this run had none yet), and
+		// the runner is reconnecting. The run starts on its next connection, wherever it lands,
+		// as the client would have retried it had the refusal come before the upgrade.
+		wctx, cancel := context.WithTimeout(r.Context(), execReconnectWait)
+		next, werr := s.waitRunner(wctx, ws.AllocationID)
+		cancel()
+		if werr == nil {
+			rc = next
+			st, err = rc.Open(protocol.OpExec, args.RunID, epoch, args)
+		}
+	}
 	if hub.MaybeSent(err) {
 		// The runner may have started the command: its next hello settles the record (with the
 		// exit, or as lost if it never heard of the run), as for a run whose socket dropped later.

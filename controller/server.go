@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"filippo.io/age"
@@ -109,6 +110,7 @@ type Server struct {
 	peerSecret   string
 	peerHTTP     *http.Client
 	tunnels      tunnelCache
+	requests     atomic.Int64 // API requests being served, hijacked ones included (drain)
 	provisioning provisioning
 	hostLocals   hostLocalCache
 	uploads      *uploadTracker // heartbeats of this controller's running uploads
@@ -246,16 +248,16 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
 	mux.Handle("GET /internal/v1/allocations/{id}/tunnel", s.requirePeer(http.HandlerFunc(s.handleTunnel)))
-	mux.Handle("POST /internal/v1/allocations/{id}/evict", s.requirePeer(http.HandlerFunc(s.handleEvict)))
-	mux.Handle("POST /internal/v1/allocations/{id}/disconnect", s.requirePeer(http.HandlerFunc(s.handleDisconnect)))
-	mux.Handle("POST /internal/v1/allocations/{id}/stop", s.requirePeer(s.handleSandboxOp(sandboxStop)))
-	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.requirePeer(s.handleSandboxOp(sandboxDestroy)))
+	mux.Handle("POST /internal/v1/allocations/{id}/evict", s.counted(s.requirePeer(http.HandlerFunc(s.handleEvict))))
+	mux.Handle("POST /internal/v1/allocations/{id}/disconnect", s.counted(s.requirePeer(http.HandlerFunc(s.handleDisconnect))))
+	mux.Handle("POST /internal/v1/allocations/{id}/stop", s.counted(s.requirePeer(s.handleSandboxOp(sandboxStop))))
+	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.counted(s.requirePeer(s.handleSandboxOp(sandboxDestroy))))
 
 	op := http.NewServeMux()
 	for _, rt := range s.routes() {
 		op.Handle(rt.pattern, s.guard(rt))
 	}
-	mux.Handle("/v1/", s.peerOrOperator(s.requireOperator(op), op))
+	mux.Handle("/v1/", s.counted(s.peerOrOperator(s.requireOperator(op), op)))
 	return mux
 }
 
@@ -316,10 +318,10 @@ func (s *Server) routes() []route {
 	}
 }
 
-// Serve accepts connections on l until ctx ends, then shuts down: the controller's routines
-// (the HTTP servers, runner connections' operations, exec bridges, provisioning, gc) are stopped
-// and waited for (naming those left after shutdownWait), then provider plugins and the store
-// are closed.
+// Serve accepts connections on l until ctx ends, then drains (see drain) and shuts down: the
+// controller's routines (the HTTP servers, runner connections' operations, exec bridges,
+// provisioning, gc) are stopped and waited for (naming those left after shutdownWait), then
+// provider plugins and the store are closed.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if s.cfg.AdvertiseURL != "" {
 		s.advertise = s.cfg.AdvertiseURL
@@ -350,6 +352,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		s.drain(srv)
 	case err = <-errc:
 	}
 	s.stopRoutines()

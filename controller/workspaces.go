@@ -180,7 +180,8 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 		s.log.Warn("record allocation info", "allocation", ws.AllocationID, "err", err)
 	}
 	if alloc.Root != "" {
-		_ = s.store.UpdateAllocation(ctx, ws.AllocationID, store.AllocStarting, alloc.Root, "")
+		// The runner may already have connected, here or to a peer: its claim stands.
+		_ = s.store.SetStartingRoot(ctx, ws.AllocationID, alloc.Root)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()

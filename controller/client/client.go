@@ -195,13 +195,24 @@ func unwrapURLError(err error) error {
 	return err
 }
 
+// decodeError is the typed error of a refusal: the controller's own (its JSON error body), or,
+// for an answer without one, an error by status.
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var eb api.ErrorBody
 	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
 		return &eb.Error
 	}
-	return protocol.Errorf(protocol.CodeInternal, "controller answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	code := protocol.CodeInternal
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		// Not a controller's answer but that of a proxy in front of the controllers (a load
+		// balancer whose controller was killed or restarted under the request, or has none up):
+		// like a connection that dropped before any answer, so the retry policy applies (an
+		// idempotent call is sent again, and lands on a controller that is up).
+		code = protocol.CodeUnavailable
+	}
+	return protocol.Errorf(code, "controller answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 }
 
 // CreateWorkspace creates a workspace and waits until it is ready or failed.

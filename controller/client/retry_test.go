@@ -88,6 +88,36 @@ func TestGetRetriedWhileUnavailable(t *testing.T) {
 	}
 }
 
+// TestProxyErrorRetried: a balancer's 502, 503 or 504 (its own page, no error body of a
+// controller: the controller died under the request, or none is up) is unavailable — an
+// idempotent call is retried, a POST is not.
+func TestProxyErrorRetried(t *testing.T) {
+	for _, status := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, "<html><body><h1>Bad Gateway</h1></body></html>")
+				return
+			}
+			answerJSON(api.Workspace{ID: "ws_1"})(w, r)
+		}))
+		c, clock := testClient(t, srv.URL, DefaultRetryFor)
+		var ws api.Workspace
+		waits, err := drive(t, clock, func() (err error) { ws, err = c.GetWorkspace(context.Background(), "one"); return err }, nil)
+		if err != nil || ws.ID != "ws_1" || calls.Load() != 2 || waits != 1 {
+			t.Errorf("%d: GetWorkspace = %+v, %v after %d requests and %d waits; want ws_1 after one retry", status, ws, err, calls.Load(), waits)
+		}
+		calls.Store(0)
+		waits, err = drive(t, clock, func() error { _, err := c.CreateSnapshot(context.Background(), "one"); return err }, nil)
+		if protocol.CodeOf(err) != protocol.CodeUnavailable || calls.Load() != 1 || waits != 0 {
+			t.Errorf("%d: CreateSnapshot: %v after %d requests and %d waits; want unavailable, not retried", status, err, calls.Load(), waits)
+		}
+		srv.Close()
+	}
+}
+
 func TestNonIdempotentPostNotRetried(t *testing.T) {
 	var calls atomic.Int32
 	srv := httptest.NewServer(unavailableFor(1, &calls, answerJSON(api.Snapshot{ID: "snap_1"})))

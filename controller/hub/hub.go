@@ -36,6 +36,15 @@ func (c *Conn) Accept() (*yamux.Stream, error) { return c.sess.AcceptStream() }
 // operation onto (its header comes from the peer).
 func (c *Conn) OpenStream() (*yamux.Stream, error) { return c.sess.OpenStream() }
 
+// Streams is the number of streams open on the connection: operations in flight, either way
+// (none once the connection ended: a closed session still lists the streams it cut).
+func (c *Conn) Streams() int {
+	if c.sess.IsClosed() {
+		return 0
+	}
+	return c.sess.NumStreams()
+}
+
 // Close drops the connection; the runner will try to reconnect.
 func (c *Conn) Close() error { return c.sess.Close() }
 
@@ -205,6 +214,17 @@ func (h *Hub) CloseAll() {
 	for _, c := range conns {
 		c.Close()
 	}
+}
+
+// Streams is the number of streams open on every connection (see Conn.Streams).
+func (h *Hub) Streams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.conns {
+		n += c.Streams()
+	}
+	return n
 }
 
 // Disconnect closes the allocation's connection, if any.

@@ -105,6 +105,10 @@ type Allocations interface {
 	// when not empty. An allocation never leaves a final state (destroyed; failed, except to
 	// destroyed): that is CodeConflict.
 	UpdateAllocation(ctx context.Context, id, state, root, runnerVersion string) error
+	// SetStartingRoot records the root a provider gave an allocation's sandbox, only while the
+	// allocation is still starting: its runner may connect (and be claimed, with the root its
+	// hello gives) before the provider's create returns, and a claim is never undone by it.
+	SetStartingRoot(ctx context.Context, id, root string) error
 	// SetAllocationInfo records what the provider said of an allocation's sandbox (its network,
 	// limits, isolation), replacing what was recorded; AllocationInfo returns it (empty if none).
 	SetAllocationInfo(ctx context.Context, id string, info map[string]string) error

@@ -3,6 +3,7 @@ package clusterharness
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,9 @@ type Cluster struct {
 	storeOnce sync.Once
 	store     *sqlstore.DB
 	storeErr  error
+
+	dbMu sync.Mutex
+	db   *sql.DB // the store's database, for tests that read it (DB)
 }
 
 // New builds a cluster for t — a fresh database, a fresh bucket, the bridge and one node per
@@ -206,6 +210,29 @@ func (c *Cluster) Store(t testing.TB) *sqlstore.DB {
 		t.Fatalf("open the cluster's store: %v", c.storeErr)
 	}
 	return c.store
+}
+
+// DB is a connection to the cluster's PostgreSQL database, for tests that read records no API
+// shows (who owns a runner: a test reading it through a controller would only learn what that
+// controller believes), opened on first use and closed when t ends.
+func (c *Cluster) DB(t testing.TB) *sql.DB {
+	t.Helper()
+	c.dbMu.Lock()
+	defer c.dbMu.Unlock()
+	if c.db == nil {
+		db, err := sql.Open("pgx", c.hostStore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.db = db
+		t.Cleanup(func() {
+			c.dbMu.Lock()
+			defer c.dbMu.Unlock()
+			db.Close()
+			c.db = nil
+		})
+	}
+	return c.db
 }
 
 // Client is a Go client of the cluster, through the balancer.

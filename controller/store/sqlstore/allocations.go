@@ -85,6 +85,22 @@ func (s *DB) UpdateAllocation(ctx context.Context, id, state, root, runnerVersio
 	return s.refused(ctx, id, state)
 }
 
+// SetStartingRoot changes only the root, and only of a starting allocation. It used to be
+// UpdateAllocation to starting, which turned an allocation whose runner had already connected
+// (the provider's create returning after the runner's hello, easily so when several are made at
+// once) back to starting with no owner: a creator on another controller than the runner's then
+// waited for a hello that had come and gone, and failed the workspace at its ready deadline; on
+// the same controller the workspace got ready, and the upkeep then failed its allocation as
+// overdue and stopped its sandbox.
+func (s *DB) SetStartingRoot(ctx context.Context, id, root string) error {
+	_, err := s.db.ExecContext(ctx, s.d.q(`UPDATE allocations SET root = ?, updated_at = ? WHERE id = ? AND state = 'starting'`),
+		root, s.now(), id)
+	if err != nil {
+		return fmt.Errorf("record allocation root: %w", err)
+	}
+	return nil
+}
+
 // refused explains why an allocation's state did not change: it is missing, or final.
 func (s *DB) refused(ctx context.Context, id, state string) error {
 	a, err := s.GetAllocation(ctx, id)

@@ -84,6 +84,13 @@ func testAllocationOwners(t *testing.T, s store.Store, clock *clockwork.FakeCloc
 		}
 	}
 	owner(a.ID, "", time.Time{}, store.AllocStarting)
+	// The provider's root is recorded while the allocation starts.
+	if err := s.SetStartingRoot(ctx, a.ID, "/provider"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetAllocation(ctx, a.ID); got.Root != "/provider" || got.State != store.AllocStarting {
+		t.Fatalf("allocation after SetStartingRoot: %+v", got)
+	}
 
 	claimedAt := clock.Now().UTC()
 	if err := s.ClaimAllocation(ctx, a.ID, "ctl-1", "/work", "1.0"); err != nil {
@@ -92,6 +99,16 @@ func testAllocationOwners(t *testing.T, s store.Store, clock *clockwork.FakeCloc
 	owner(a.ID, "ctl-1", claimedAt, store.AllocConnected)
 	if got, _ := s.GetAllocation(ctx, a.ID); got.Root != "/work" || got.RunnerVersion != "1.0" || !got.UpdatedAt.Equal(claimedAt) {
 		t.Fatalf("claimed allocation: %+v", got)
+	}
+	// A provider's create that returns after the runner was claimed changes nothing: the claim
+	// and the root of the runner's hello stand.
+	clock.Advance(time.Second)
+	if err := s.SetStartingRoot(ctx, a.ID, "/provider"); err != nil {
+		t.Fatal(err)
+	}
+	owner(a.ID, "ctl-1", claimedAt, store.AllocConnected)
+	if got, _ := s.GetAllocation(ctx, a.ID); got.Root != "/work" || !got.UpdatedAt.Equal(claimedAt) {
+		t.Fatalf("SetStartingRoot changed a claimed allocation: %+v", got)
 	}
 	// The runner reconnected to another controller: the latest claim is the owner. Empty root
 	// and version keep what was recorded.
