@@ -62,9 +62,9 @@ func (s *Server) reach(ctx context.Context, allocationID string) (*hub.Conn, err
 	if a.State != store.AllocConnected || a.Owner == "" || a.Owner == s.id {
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of allocation %s is not connected (%s)", a.ID, a.State)
 	}
-	if c := s.tunnels.get(a.ID, a.Owner); c != nil {
-		return c, nil
-	}
+	// The owner's liveness is checked before a cached tunnel is used: a tunnel to an owner cut
+	// off from this controller looks open until its websocket times out, and an operation on it
+	// would wait that long instead of failing at once.
 	m, err := s.store.GetMember(ctx, a.Owner)
 	if protocol.CodeOf(err) == protocol.CodeNotFound {
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of allocation %s is held by controller %s, which left the cluster; it reconnects to another", a.ID, a.Owner)
@@ -75,6 +75,9 @@ func (s *Server) reach(ctx context.Context, allocationID string) (*hub.Conn, err
 	if !s.members.Alive(m) {
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "the runner of allocation %s is held by controller %s, whose last heartbeat was at %s; it reconnects to another",
 			a.ID, m.ID, m.HeartbeatAt.Format("15:04:05.000"))
+	}
+	if c := s.tunnels.get(a.ID, a.Owner); c != nil {
+		return c, nil
 	}
 	c, err := peer.Dial(ctx, m.Address, a.ID, s.authorizePeer)
 	if err != nil {

@@ -18,6 +18,7 @@ const (
 	defaultLeaseTTL = 5 * time.Minute
 	maxLeaseWait    = 10 * time.Minute
 	leasePoll       = 50 * time.Millisecond
+	pushEpochWait   = 5 * time.Second
 )
 
 // writerEpoch decides the epoch a mutating call runs under. While a lease is held, only its
@@ -69,6 +70,11 @@ func (s *Server) writer(r *http.Request) (api.Workspace, *hub.Conn, uint64, erro
 // holder are refused even if they reach the runner late. Best effort: a runner that is not
 // connected learns the epoch in its next welcome.
 func (s *Server) pushEpoch(ctx context.Context, ws api.Workspace, epoch uint64) {
+	// Bounded: the lease is granted whatever happens here, and its holder must hear so. A runner
+	// that does not take the epoch in time learns it in its next welcome, and the controller
+	// fences older writes itself meanwhile.
+	ctx, cancel := context.WithTimeout(ctx, pushEpochWait)
+	defer cancel()
 	c, ok := s.runnerOf(ctx, ws.AllocationID)
 	if !ok {
 		return
