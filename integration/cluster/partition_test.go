@@ -99,7 +99,7 @@ func TestClusterPartition(t *testing.T) {
 	cutAt := time.Now()
 	for _, ws := range wss {
 		a := allocation(ctx, t, st, ws)
-		t.Logf("%s after the cut: the store says %s, owned by %s (c1: %v)", ws.Name, a.State, a.Owner, a.Owner == ids[cutIdx])
+		t.Logf("%s right after the cut: the store says %s, owned by %s", ws.Name, a.State, controllerName(ids, a.Owner))
 	}
 	// Released by an operator (its holder is on the far side) and acquired by a new holder.
 	// The lease is granted in the store at once; the acquire then pushes the new epoch to the
