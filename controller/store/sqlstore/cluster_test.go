@@ -28,10 +28,13 @@ func twoPostgres(t *testing.T) (a, b *sqlstore.DB) {
 	return open(), open()
 }
 
-// eventually retries try every 20ms until it reports true, for up to 15s.
+// eventually retries try every 20ms until it reports true, for up to 15s (a bound on liveness,
+// not a timing assertion).
 func eventually(t *testing.T, what string, try func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); <-tick.C {
 		if try() {
 			return
 		}
