@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/tetherhq/tether/integration/clusterharness"
 	"io"
 	"net"
 	"os"
@@ -209,26 +210,15 @@ func (c *controllerProc) Client(t *testing.T) *client.Client {
 }
 
 // result is one CLI invocation.
-type result struct {
-	Stdout, Stderr string
-	Code           int
-}
+// result is what a CLI run printed and its exit status.
+type result = clusterharness.Result
 
 // cli runs the real tether CLI against c.
 func (c *controllerProc) cli(t *testing.T, stdin io.Reader, args ...string) result {
 	t.Helper()
 	cmd := c.cliCmd(args...)
 	cmd.Stdin = stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("tether %v: %v", args, err)
-	}
-	return result{out.String(), errb.String(), code}
+	return clusterharness.Run(t, cmd)
 }
 
 func (c *controllerProc) cliCmd(args ...string) *exec.Cmd {

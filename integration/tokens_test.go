@@ -1,9 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
+	"github.com/tetherhq/tether/integration/clusterharness"
 	"strings"
 	"testing"
 
@@ -16,16 +15,7 @@ func (c *controllerProc) cliAs(t *testing.T, token string, args ...string) resul
 	t.Helper()
 	cmd := c.cliCmd(args...)
 	cmd.Env = append(cmd.Env, "TETHER_TOKEN="+token)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("tether %v: %v", args, err)
-	}
-	return result{out.String(), errb.String(), code}
+	return clusterharness.Run(t, cmd)
 }
 
 // An API token made with the CLI and limited to one workspace sees and runs commands in that

@@ -268,6 +268,13 @@ func (c *Cluster) CLI(t testing.TB, stdin io.Reader, args ...string) Result {
 	cmd := exec.Command(bin("tether"), args...)
 	cmd.Env = c.cliEnv()
 	cmd.Stdin = stdin
+	return Run(t, cmd)
+}
+
+// Run runs cmd to its end and returns what it printed and its exit status; failing to run it at
+// all fails t.
+func Run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -275,7 +282,7 @@ func (c *Cluster) CLI(t testing.TB, stdin io.Reader, args ...string) Result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("tether %v: %v", args, err)
+		t.Fatalf("%v: %v", cmd.Args, err)
 	}
 	return Result{out.String(), errb.String(), code}
 }

@@ -1,25 +1,16 @@
 package sqlstore_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/tetherhq/tether/controller/store/sqlstore/pgtest"
-	"go.uber.org/goleak"
 )
 
 // TestMain stops the PostgreSQL server pgtest started for the tests, if any, and fails when a
 // store left goroutines running: every store's (the PostgreSQL listener, watches) end with its
 // Close.
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	if err := goleak.Find(); err != nil && code == 0 {
-		fmt.Fprintf(os.Stderr, "goroutines left running: %v\n", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
 
 // freshPostgres is an empty database for t on the test server (see pgtest.Database), in the
 // shape of a driver's fresh function.

@@ -29,6 +29,7 @@ import (
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"go.uber.org/goleak"
 )
 
 // The server of this test binary, started at most once.
@@ -45,6 +46,17 @@ var pg struct {
 func Main(m *testing.M) int {
 	code := m.Run()
 	Stop()
+	return code
+}
+
+// MainNoLeaks is Main for a package whose tests must leave no goroutine running (every store's
+// end with its Close): it fails a passing run that did.
+func MainNoLeaks(m *testing.M) int {
+	code := Main(m)
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintf(os.Stderr, "goroutines left running: %v\n", err)
+		code = 1
+	}
 	return code
 }
 
