@@ -13,6 +13,11 @@ const drainWait = 5 * time.Second
 // drainPoll is how often drain looks at the streams still open.
 const drainPoll = 10 * time.Millisecond
 
+// drainQuiet is how long a stopping controller must have seen no request and no stream before it
+// closes its runner connections: longer than a peer takes from reading the store to opening a
+// stream.
+const drainQuiet = 250 * time.Millisecond
+
 // drain is the graceful part of a shutdown (Serve's context ended: SIGTERM), before the
 // routines are stopped. Stopping at once cut every request the controller was serving (their
 // context is the controller's) and every operation on the runners it holds, its own and those
@@ -58,7 +63,22 @@ func (s *Server) drain(api *http.Server) {
 	}
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
-	for requests, streams := busy(); requests != 0 || streams != 0; requests, streams = busy() {
+	// Idle must hold for drainQuiet, not just once: a peer that read the store just before the
+	// disown still routes an operation here, and opens its stream a moment later; an instant of
+	// no streams would let the runner connections close under it (a rolling restart lost such
+	// an exec in CI).
+	var idleSince time.Time
+	for {
+		requests, streams := busy()
+		switch {
+		case requests != 0 || streams != 0:
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) >= drainQuiet:
+			s.log.Info("shutdown: drained", "took", time.Since(start).Round(time.Millisecond))
+			return
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -66,7 +86,6 @@ func (s *Server) drain(api *http.Server) {
 			return
 		}
 	}
-	s.log.Info("shutdown: drained", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // counted counts the requests h serves while it serves them, for drain.
