@@ -141,6 +141,13 @@ type Snapshot struct {
 	Git         json.RawMessage          `json:"git,omitempty"`
 	Summary     protocol.SnapshotSummary `json:"manifest"`
 	CreatedAt   time.Time                `json:"created_at"`
+	// Layers are the objects of earlier captures whose bytes this receipt's tree uses (an
+	// incremental capture stores only what changed); ManifestKey is the object holding the
+	// receipt's whole manifest with where each entry's bytes are. Both are empty for a full
+	// snapshot, whose ObjectKey alone holds everything. An object is needed while any live
+	// receipt names it in ObjectKey, ManifestKey or Layers.
+	Layers      []string `json:"layers,omitempty"`
+	ManifestKey string   `json:"manifest_key,omitempty"`
 	// ReclaimedAt: a gc sweep deleted the object of this superseded receipt (a newer receipt of
 	// the same workspace holds its work); the record stays as history.
 	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`

@@ -19,6 +19,10 @@ func init() {
 			sha256 TEXT NOT NULL, encrypted {bool} NOT NULL, summary TEXT NOT NULL, created_at {ts} NOT NULL)`,
 		`CREATE INDEX IF NOT EXISTS snapshots_workspace ON snapshots(workspace_id, created_at)`,
 	)
+	addMigration(15, "snapshot layers",
+		`ALTER TABLE snapshots ADD COLUMN layers TEXT NOT NULL DEFAULT '[]'`,
+		`ALTER TABLE snapshots ADD COLUMN manifest_key TEXT NOT NULL DEFAULT ''`,
+	)
 }
 
 func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
@@ -26,24 +30,41 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	layers, err := json.Marshal(nonNil(snap.Layers))
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
-		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt))
+		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey)
 	if err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
 	}
 	return nil
 }
 
-const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at`
+const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at, layers, manifest_key`
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
 
 func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 	var snap api.Snapshot
-	var summary string
+	var summary, layers string
 	var reclaimed sql.NullTime
 	if err := row.Scan(&snap.ID, &snap.WorkspaceID, &snap.Epoch, &snap.Parent, &snap.ObjectKey, &snap.Bytes,
-		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt, &reclaimed); err != nil {
+		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt, &reclaimed, &layers, &snap.ManifestKey); err != nil {
 		return snap, err
+	}
+	if err := json.Unmarshal([]byte(layers), &snap.Layers); err != nil {
+		return snap, fmt.Errorf("snapshot %s layers: %w", snap.ID, err)
+	}
+	if len(snap.Layers) == 0 {
+		snap.Layers = nil
 	}
 	snap.CreatedAt, snap.ReclaimedAt = snap.CreatedAt.UTC(), timePtr(reclaimed)
 	if err := json.Unmarshal([]byte(summary), &snap.Summary); err != nil {
@@ -65,21 +86,32 @@ func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snaps
 	return queryAll(ctx, s, scanSnapshot, `SELECT `+snapshotCols+` FROM snapshots WHERE workspace_id = ? ORDER BY created_at, id`, workspaceID)
 }
 
-// SnapshotObjectKeys lists the object keys of the receipts not reclaimed. A key is listed while
-// any receipt naming it is live, whatever other receipts of it were reclaimed.
+// SnapshotObjectKeys lists every object a receipt not reclaimed needs: its own, its manifest's
+// and its layers'. A key is listed while any receipt naming it is live, whatever other receipts
+// of it were reclaimed.
 func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT object_key FROM snapshots WHERE reclaimed_at IS NULL`)
+	rows, err := s.db.QueryContext(ctx, `SELECT object_key, manifest_key, layers FROM snapshots WHERE reclaimed_at IS NULL`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	keys := map[string]bool{}
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var k, manifest, layers string
+		if err := rows.Scan(&k, &manifest, &layers); err != nil {
 			return nil, err
 		}
 		keys[k] = true
+		if manifest != "" {
+			keys[manifest] = true
+		}
+		var ls []string
+		if err := json.Unmarshal([]byte(layers), &ls); err != nil {
+			return nil, fmt.Errorf("snapshot layers of %s: %w", k, err)
+		}
+		for _, l := range ls {
+			keys[l] = true
+		}
 	}
 	return keys, rows.Err()
 }

@@ -50,4 +50,22 @@ func testReclaimSnapshot(t *testing.T, s store.Store) {
 		t.Fatalf("SnapshotObjectKeys = %v, %v; want only %s", keys, err, cur.ObjectKey)
 	}
 	wantCode(t, "reclaim of a missing receipt", s.ReclaimSnapshot(ctx, "snap-missing", at), protocol.CodeNotFound)
+
+	// An incremental receipt keeps its manifest object and the layers it reads alive, the
+	// reclaimed receipt's own object included.
+	inc := api.Snapshot{ID: "snap-inc", WorkspaceID: w.ID, Epoch: 1, ObjectKey: "snapshots/snap-inc", Bytes: 1,
+		SHA256: strings.Repeat("cd", 32), CreatedAt: base.Add(2 * time.Second),
+		Layers: []string{old.ObjectKey, cur.ObjectKey}, ManifestKey: "snapshots/snap-inc.manifest"}
+	if err := s.CreateSnapshot(ctx, inc); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSnapshot(ctx, inc.ID); err != nil || len(got.Layers) != 2 || got.Layers[0] != old.ObjectKey || got.ManifestKey != inc.ManifestKey {
+		t.Fatalf("incremental receipt read back as %+v, %v", got, err)
+	}
+	keys, err = s.SnapshotObjectKeys(ctx)
+	for _, k := range []string{old.ObjectKey, cur.ObjectKey, inc.ObjectKey, inc.ManifestKey} {
+		if err != nil || !keys[k] {
+			t.Fatalf("SnapshotObjectKeys = %v, %v; want %s kept", keys, err, k)
+		}
+	}
 }
