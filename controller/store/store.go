@@ -185,8 +185,15 @@ type Snapshots interface {
 	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
 	// ListSnapshots lists a workspace's receipts, oldest first.
 	ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error)
-	// SnapshotObjectKeys returns the object key of every receipt (the garbage sweep keeps these).
+	// SnapshotObjectKeys returns every object key a receipt not reclaimed needs: its own, its
+	// manifest's and its layers' (the garbage sweep keeps these).
 	SnapshotObjectKeys(ctx context.Context) (map[string]bool, error)
+	// SnapshotObjectUsers maps the same keys to the workspaces whose receipts need them (each
+	// workspace once).
+	SnapshotObjectUsers(ctx context.Context) (map[string][]string, error)
+	// RemoveSnapshot deletes a receipt and returns it (its objects are left to the sweep). The
+	// newest receipt of a workspace that is not deleted is CodeConflict: reopen restores from it.
+	RemoveSnapshot(ctx context.Context, id string) (api.Snapshot, error)
 	// ReclaimSnapshot marks a receipt's object reclaimed (kept as history; SnapshotObjectKeys no
 	// longer lists its key). Marking an already reclaimed receipt keeps the first time.
 	ReclaimSnapshot(ctx context.Context, id string, at time.Time) error

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/protocol"
 )
 
 func init() {
@@ -90,30 +92,87 @@ func (s *DB) ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snaps
 // and its layers'. A key is listed while any receipt naming it is live, whatever other receipts
 // of it were reclaimed.
 func (s *DB) SnapshotObjectKeys(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT object_key, manifest_key, layers FROM snapshots WHERE reclaimed_at IS NULL`)
+	keys := map[string]bool{}
+	err := s.eachLiveObject(ctx, func(key, _ string) { keys[key] = true })
+	return keys, err
+}
+
+// SnapshotObjectUsers maps every object a receipt not reclaimed needs to the workspaces whose
+// receipts need it, each once, in no order.
+func (s *DB) SnapshotObjectUsers(ctx context.Context) (map[string][]string, error) {
+	users := map[string][]string{}
+	err := s.eachLiveObject(ctx, func(key, ws string) {
+		if !slices.Contains(users[key], ws) {
+			users[key] = append(users[key], ws)
+		}
+	})
+	return users, err
+}
+
+// eachLiveObject calls fn with every object key a receipt not reclaimed names (its own, its
+// manifest's, its layers') and the receipt's workspace; a key may come several times.
+func (s *DB) eachLiveObject(ctx context.Context, fn func(key, workspaceID string)) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT object_key, manifest_key, layers, workspace_id FROM snapshots WHERE reclaimed_at IS NULL`)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	keys := map[string]bool{}
 	for rows.Next() {
-		var k, manifest, layers string
-		if err := rows.Scan(&k, &manifest, &layers); err != nil {
-			return nil, err
+		var k, manifest, layers, ws string
+		if err := rows.Scan(&k, &manifest, &layers, &ws); err != nil {
+			return err
 		}
-		keys[k] = true
+		fn(k, ws)
 		if manifest != "" {
-			keys[manifest] = true
+			fn(manifest, ws)
 		}
 		var ls []string
 		if err := json.Unmarshal([]byte(layers), &ls); err != nil {
-			return nil, fmt.Errorf("snapshot layers of %s: %w", k, err)
+			return fmt.Errorf("snapshot layers of %s: %w", k, err)
 		}
 		for _, l := range ls {
-			keys[l] = true
+			fn(l, ws)
 		}
 	}
-	return keys, rows.Err()
+	return rows.Err()
+}
+
+// RemoveSnapshot deletes a receipt and returns it. The newest receipt of a workspace that is not
+// deleted is refused (CodeConflict): reopen restores from it. The workspace's row is locked
+// first, so two removals of a workspace's two newest receipts cannot both pass the check.
+func (s *DB) RemoveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	defer tx.Rollback()
+	snap, err := scanSnapshot(tx.QueryRowContext(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return snap, notFound("snapshot", id)
+	}
+	if err != nil {
+		return snap, err
+	}
+	var state api.WorkspaceState
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), snap.WorkspaceID).Scan(&state); err != nil {
+		return snap, fmt.Errorf("lock the workspace of snapshot %s: %w", id, err)
+	}
+	if state != api.StateDeleted {
+		var newest string
+		if err := tx.QueryRowContext(ctx, s.d.q(`SELECT id FROM snapshots WHERE workspace_id = ? ORDER BY created_at DESC, id DESC LIMIT 1`),
+			snap.WorkspaceID).Scan(&newest); err != nil {
+			return snap, err
+		}
+		if newest == id {
+			return snap, protocol.Errorf(protocol.CodeConflict,
+				"snapshot %s is the newest receipt of workspace %s, which is %s: reopen restores from it (remove the workspace with --purge to remove it)",
+				id, snap.WorkspaceID, state)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.d.q(`DELETE FROM snapshots WHERE id = ?`), id); err != nil {
+		return snap, fmt.Errorf("remove snapshot receipt: %w", err)
+	}
+	return snap, tx.Commit()
 }
 
 // ReclaimSnapshot marks the receipt's object reclaimed at at; a receipt already marked keeps its

@@ -2,12 +2,14 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -66,6 +68,84 @@ func testReclaimSnapshot(t *testing.T, s store.Store) {
 	for _, k := range []string{old.ObjectKey, cur.ObjectKey, inc.ObjectKey, inc.ManifestKey} {
 		if err != nil || !keys[k] {
 			t.Fatalf("SnapshotObjectKeys = %v, %v; want %s kept", keys, err, k)
+		}
+	}
+}
+
+func testRemoveSnapshot(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	w, _ := create(t, s, "pruned", base)
+	other, _ := create(t, s, "other", base)
+	mk := func(ws api.Workspace, id string, at time.Time, layers ...string) api.Snapshot {
+		snap := api.Snapshot{ID: id, WorkspaceID: ws.ID, Epoch: 1, ObjectKey: "snapshots/" + id, Bytes: 10,
+			SHA256: strings.Repeat("ab", 32), CreatedAt: at, Layers: layers}
+		if err := s.CreateSnapshot(ctx, snap); err != nil {
+			t.Fatalf("CreateSnapshot(%s): %v", id, err)
+		}
+		return snap
+	}
+	a, b := mk(w, "snap-a", base), mk(w, "snap-b", base.Add(time.Second))
+	// Another workspace's receipt reuses a's object as a layer.
+	o := mk(other, "snap-o", base, a.ObjectKey)
+
+	wantCode(t, "removing the newest receipt of a live workspace", func() error { _, err := s.RemoveSnapshot(ctx, b.ID); return err }(), protocol.CodeConflict)
+	if list, err := s.ListSnapshots(ctx, w.ID); err != nil || len(list) != 2 {
+		t.Fatalf("a refused removal changed the receipts: %+v, %v", list, err)
+	}
+	got, err := s.RemoveSnapshot(ctx, a.ID)
+	if err != nil || got.ID != a.ID || got.ObjectKey != a.ObjectKey {
+		t.Fatalf("RemoveSnapshot(%s) = %+v, %v", a.ID, got, err)
+	}
+	wantCode(t, "GetSnapshot of a removed receipt", func() error { _, err := s.GetSnapshot(ctx, a.ID); return err }(), protocol.CodeNotFound)
+	wantCode(t, "second removal", func() error { _, err := s.RemoveSnapshot(ctx, a.ID); return err }(), protocol.CodeNotFound)
+	if list, err := s.ListSnapshots(ctx, w.ID); err != nil || len(list) != 1 || list[0].ID != b.ID {
+		t.Fatalf("ListSnapshots after removal: %+v, %v", list, err)
+	}
+	// a's object stays needed while o names it as a layer; each user is listed once.
+	users, err := s.SnapshotObjectUsers(ctx)
+	if err != nil || len(users[a.ObjectKey]) != 1 || users[a.ObjectKey][0] != other.ID ||
+		len(users[b.ObjectKey]) != 1 || users[b.ObjectKey][0] != w.ID {
+		t.Fatalf("SnapshotObjectUsers = %v, %v", users, err)
+	}
+	if keys, err := s.SnapshotObjectKeys(ctx); err != nil || !keys[a.ObjectKey] || !keys[o.ObjectKey] || !keys[b.ObjectKey] {
+		t.Fatalf("SnapshotObjectKeys = %v, %v", keys, err)
+	}
+	// Once the workspace is deleted, its newest receipt may go too.
+	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.Delete, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveSnapshot(ctx, b.ID); err != nil {
+		t.Fatalf("removing the last receipt of a deleted workspace: %v", err)
+	}
+	if keys, err := s.SnapshotObjectKeys(ctx); err != nil || keys[b.ObjectKey] || !keys[a.ObjectKey] {
+		t.Fatalf("SnapshotObjectKeys after purge = %v, %v", keys, err)
+	}
+}
+
+// testRemoveSnapshotRace removes a workspace's two receipts at once, many times: exactly one
+// removal may win, the newest stays.
+func testRemoveSnapshotRace(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for i := range 10 {
+		w, _ := create(t, s, fmt.Sprintf("race-%d", i), base)
+		ids := []string{fmt.Sprintf("snap-r%d-1", i), fmt.Sprintf("snap-r%d-2", i)}
+		for j, id := range ids {
+			if err := s.CreateSnapshot(ctx, api.Snapshot{ID: id, WorkspaceID: w.ID, Epoch: 1, ObjectKey: "snapshots/" + id,
+				SHA256: strings.Repeat("ab", 32), CreatedAt: base.Add(time.Duration(j) * time.Second)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, 2)
+		for _, id := range ids {
+			go func() { _, err := s.RemoveSnapshot(ctx, id); errs <- err }()
+		}
+		for range ids {
+			if err := <-errs; err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
+				t.Fatalf("concurrent removal: %v", err)
+			}
+		}
+		if list, err := s.ListSnapshots(ctx, w.ID); err != nil || len(list) != 1 || list[0].ID != ids[1] {
+			t.Fatalf("after concurrent removals: %+v, %v; want only %s", list, err, ids[1])
 		}
 	}
 }

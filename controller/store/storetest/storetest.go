@@ -49,6 +49,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"RunOutput", plain(testRunOutput)},
 		// Snapshots
 		{"ReclaimSnapshot", plain(testReclaimSnapshot)},
+		{"RemoveSnapshot", plain(testRemoveSnapshot)},
+		{"RemoveSnapshotRace", plain(testRemoveSnapshotRace)},
 		// Leases
 		{"Leases", testLeases},
 		{"LeaseRace", plain(testLeaseRace)},
