@@ -14,7 +14,9 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
-// What a gc sweep reclaims of a closed project workspace is storage its work no longer needs:
+// A gc sweep applies the controller's default retention policy (if any) to every workspace, and
+// deletes the snapshot objects no live receipt needs (storage.go). What it reclaims of a closed
+// project workspace is storage its work no longer needs:
 // the objects of superseded receipts (every receipt holds the whole tree, Git directory
 // included, so the newest holds the work), and a base clone no open workspace uses any more. A sweep deletes nothing unless the
 // newest receipt verifies, and never the newest receipt: reopen restores from it. Workspaces
@@ -118,7 +120,22 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 			}
 		}
 	}
-	return res, nil
+	if !s.cfg.Retention.Empty() {
+		for _, ws := range list {
+			pr, err := s.prune(ctx, ws.ID, s.cfg.Retention, dryRun)
+			if err != nil {
+				return res, fmt.Errorf("apply the retention policy to %s: %w", ws.ID, err)
+			}
+			if len(pr.Removed) > 0 {
+				res.Pruned = append(res.Pruned, pr)
+			}
+		}
+	}
+	// Last, so that it frees what the reclaims and the policy left unneeded.
+	fig, err := s.sweepObjects(ctx, grace, dryRun)
+	res.Objects = fig
+	res.Bytes += fig.Bytes
+	return res, err
 }
 
 // gcCandidate decides whether a closed workspace may be reclaimed, and what that frees.
@@ -184,24 +201,21 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 	if err := s.gcFault("receipts marked"); err != nil {
 		return 0, err
 	}
-	live, err := s.store.SnapshotObjectKeys(ctx)
+	// The superseded receipts' objects go through the sweep's one path: kept while another live
+	// receipt names them (an incremental receipt's layers) or a read pins them. A rerun frees
+	// only what is left, so bytes are counted once.
+	var keys []string
+	for _, snap := range superseded {
+		keys = append(keys, receiptKeys(snap)...)
+	}
+	cands, err := s.statObjects(ctx, keys)
 	if err != nil {
 		return 0, err
 	}
-	var freed int64
-	for _, snap := range superseded {
-		if live[snap.ObjectKey] {
-			continue // another receipt still holds these bytes
-		}
-		if err := s.blobs.Delete(ctx, snap.ObjectKey); err != nil {
-			return freed, err
-		}
-		if snap.ReclaimedAt == nil {
-			freed += snap.Bytes
-		}
-		if err := s.gcFault("object deleted"); err != nil {
-			return freed, err
-		}
+	fig, err := s.freeObjects(ctx, cands, false)
+	freed := fig.Bytes
+	if err != nil {
+		return freed, err
 	}
 	if err := s.store.SetWorkspaceReclaimed(ctx, ws.ID, now); err != nil {
 		return freed, err
@@ -272,8 +286,8 @@ func (s *Server) sweepBlobsOnce(ctx context.Context) error {
 }
 
 // sweepBlobs removes what failed captures left: temporaries, and snapshot objects no receipt
-// names. Both must be older than the grace, since another controller sharing the store may be
-// about to write the receipt of a fresh one.
+// needs (sweepObjects). Both must be older than the grace, since another controller sharing the
+// store may be about to write the receipt of a fresh one.
 func (s *Server) sweepBlobs(ctx context.Context) error {
 	grace := s.cfg.SweepGrace
 	// Temporaries of uploads still running anywhere in the cluster are left alone, whatever
@@ -308,22 +322,6 @@ func (s *Server) sweepBlobs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keep, err := s.store.SnapshotObjectKeys(ctx)
-	if err != nil {
-		return err
-	}
-	objs, err := s.blobs.List(ctx, "snapshots/")
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		if keep[o.Key] || time.Since(o.ModTime) < grace {
-			continue
-		}
-		if err := s.blobs.Delete(ctx, o.Key); err != nil {
-			return err
-		}
-		s.log.Info("swept snapshot object without a receipt", "key", o.Key)
-	}
-	return nil
+	_, err = s.sweepObjects(ctx, grace, false)
+	return err
 }

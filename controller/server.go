@@ -16,6 +16,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/jonboulle/clockwork"
+	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
@@ -61,6 +62,9 @@ type Config struct {
 	// GCInterval runs a gc sweep that often with GCGrace (0: no periodic sweep).
 	GCInterval time.Duration
 	GCGrace    time.Duration
+	// Retention is the default policy gc (and prune without one) applies to every workspace's
+	// receipts; empty keeps everything.
+	Retention api.RetentionPolicy
 	// Clock is the controller's time (the real clock when nil): record stamps, lease waits, gc
 	// grace, and the state store's lease expiry. Deadlines on connections stay on wall time.
 	Clock   clockwork.Clock
@@ -211,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Membership, cfg.Clock, cfg.Logger)
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
-	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity}
+	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity, Pin: s.pinReceipt}
 	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, routines.Go)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left: the runners this controller held died with it, and reconnect on their own.
@@ -286,6 +290,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/projects", scopeList, s.handleListProjects},
 		{"GET /v1/projects/{id}", scopeProject, s.handleGetProject},
 		{"POST /v1/gc", scopeOperator, s.handleGC},
+		// Storage spans every workspace: the operator's.
+		{"GET /v1/storage", scopeOperator, s.handleStorage},
 		{"GET /v1/runs/{id}", scopeRun, s.handleRunShow},
 		{"POST /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseAcquire},
 		{"PUT /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseRenew},
@@ -293,7 +299,9 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseShow},
 		{"POST /v1/workspaces/{id}/snapshots", scopeWorkspace, s.handleSnapshotCreate},
 		{"GET /v1/workspaces/{id}/snapshots", scopeWorkspace, s.handleSnapshotList},
+		{"POST /v1/workspaces/{id}/snapshots/prune", scopeWorkspace, s.handleSnapshotPrune},
 		{"GET /v1/snapshots/{id}", scopeSnapshot, s.handleSnapshotShow},
+		{"DELETE /v1/snapshots/{id}", scopeSnapshot, s.handleSnapshotRemove},
 		// A restore creates a workspace, which a limited token could not see.
 		{"POST /v1/snapshots/{id}/restore", scopeOperator, s.handleSnapshotRestore},
 		{"GET /v1/snapshots/{id}/archive", scopeSnapshot, s.handleSnapshotArchive},

@@ -58,6 +58,10 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 		snap.Parent = prev[len(prev)-1].ID
 	}
 	snap.ObjectKey = snapshotKey(ws.ID, snap.ID, snap.Encrypted)
+	// Pinned before the object exists and until its receipt is written (or the object is
+	// discarded): gc deletes no object a capture is writing, whatever its grace.
+	unpin := s.uploads.pin(snap.ObjectKey)
+	defer unpin()
 	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent}
 	if snap.Encrypted {
 		args.Recipient = s.identity.Recipient().String()

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +65,11 @@ func (t *uploadTracker) Begin(key string) (done func()) {
 		once.Do(func() {
 			cancel()
 			<-stopped
-			t.hold(key, -1)
+			if t.hold(key, -1) > 0 {
+				// Another holder of the key (two reads pinning one object) still beats: its
+				// heartbeat must not be forgotten under it.
+				return
+			}
 			// Bounded, as it delays the Put's return; a key not forgotten lapses after uploadLive.
 			dctx, dcancel := context.WithTimeout(context.Background(), uploadLive)
 			defer dcancel()
@@ -106,12 +112,14 @@ func (t *uploadTracker) touch(ctx context.Context, key string, failing bool) boo
 	return err != nil
 }
 
-func (t *uploadTracker) hold(key string, n int) {
+// hold adds n to the holders of key and returns how many are left.
+func (t *uploadTracker) hold(key string, n int) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.held[key] += n; t.held[key] <= 0 {
 		delete(t.held, key)
 	}
+	return t.held[key]
 }
 
 func (t *uploadTracker) holds(key string) bool {
@@ -131,4 +139,54 @@ func (t *uploadTracker) live(ctx context.Context) (func(key string) bool, error)
 		return nil, err
 	}
 	return func(key string) bool { return touched[key] || t.holds(key) }, nil
+}
+
+// Pins. The same heartbeats keep gc off the snapshot objects a capture is writing (its receipt
+// is not written yet) and those a restore, an export or a saved-copy read is reading (its
+// receipt may be removed meanwhile): whatever gc's grace, it deletes no object pinned anywhere
+// in the cluster. A pin's heartbeat key names the object and the controller holding it, so
+// that one controller's end of a read does not forget another's pin of the same object.
+
+// pinPrefix starts the heartbeat key of a pin; blob keys have no spaces, temporaries' keys no
+// such prefix.
+const pinPrefix = "pin "
+
+// pin holds each non-empty key pinned until release is called.
+func (t *uploadTracker) pin(keys ...string) (release func()) {
+	var dones []func()
+	for _, k := range keys {
+		if k != "" {
+			dones = append(dones, t.Begin(pinPrefix+k+" "+t.controller))
+		}
+	}
+	return func() {
+		for _, done := range dones {
+			done()
+		}
+	}
+}
+
+// pinned returns the objects pinned now: by a heartbeat of any controller within uploadLive,
+// or by a pin of this controller (even if its touches failed).
+func (t *uploadTracker) pinned(ctx context.Context) (map[string]bool, error) {
+	touched, err := t.st.LiveUploads(ctx, t.clock.Now().UTC().Add(-uploadLive))
+	if err != nil {
+		return nil, fmt.Errorf("pinned snapshot objects: %w", err)
+	}
+	out := map[string]bool{}
+	add := func(hb string) {
+		if rest, ok := strings.CutPrefix(hb, pinPrefix); ok {
+			key, _, _ := strings.Cut(rest, " ")
+			out[key] = true
+		}
+	}
+	for hb := range touched {
+		add(hb)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for hb := range t.held {
+		add(hb)
+	}
+	return out, nil
 }

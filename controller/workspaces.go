@@ -259,6 +259,20 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteWorkspace(w http.ResponseWriter, r *http.Request) {
+	purge, err := purgeParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if purge {
+		res, err := s.purgeWorkspace(r.Context(), r.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
 	ws, err := s.deleteWorkspace(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)

@@ -102,7 +102,9 @@ type ReconcileResult struct {
 
 // GCRequest is the body of POST /v1/gc.
 type GCRequest struct {
-	// Grace: only workspaces closed at least this long ago (default 24h when absent).
+	// Grace: only workspaces closed at least this long ago, and snapshot objects no live receipt
+	// needs stored at least this long ago (default 24h when absent). Objects a capture or a read
+	// pins are kept whatever the grace.
 	Grace  *protocol.Duration `json:"grace,omitempty"`
 	DryRun bool               `json:"dry_run,omitempty"`
 }
@@ -122,5 +124,11 @@ type GCCandidate struct {
 type GCResult struct {
 	DryRun     bool          `json:"dry_run"`
 	Candidates []GCCandidate `json:"candidates"`
-	Bytes      int64         `json:"reclaimed_bytes"`
+	// Pruned: what the controller's default retention policy removed, per workspace (none when
+	// it has no policy).
+	Pruned []PruneResult `json:"pruned,omitempty"`
+	// Objects: the snapshot objects this sweep deleted (or, on a dry run, would).
+	Objects StorageFigure `json:"objects"`
+	// Bytes: all it freed (or would), objects and base clones.
+	Bytes int64 `json:"reclaimed_bytes"`
 }

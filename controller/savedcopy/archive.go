@@ -24,6 +24,10 @@ import (
 type Archives struct {
 	Blobs    blob.Store
 	Identity *age.X25519Identity
+	// Pin, when set, is called before a receipt's objects are opened: it keeps gc off them until
+	// release, and fails when the receipt is no longer there to read (removed or reclaimed
+	// since the caller loaded it).
+	Pin func(ctx context.Context, snap api.Snapshot) (release func(), err error)
 }
 
 // Open streams a snapshot's plain (decrypted) archive. The stored object's size and
@@ -34,21 +38,30 @@ func (a Archives) Open(ctx context.Context, snap api.Snapshot) (io.Reader, func(
 		return nil, nil, protocol.Errorf(protocol.CodeNotFound, "snapshot %s was reclaimed by gc at %s: a newer receipt of workspace %s holds its work",
 			snap.ID, snap.ReclaimedAt.UTC().Format(time.RFC3339), snap.WorkspaceID)
 	}
+	release := func() {}
+	if a.Pin != nil {
+		var err error
+		if release, err = a.Pin(ctx, snap); err != nil {
+			return nil, nil, err
+		}
+	}
 	rc, _, err := a.Blobs.Get(ctx, snap.ObjectKey)
 	if err != nil {
+		release()
 		return nil, nil, err
 	}
+	closeAll := func() { rc.Close(); release() }
 	verified := &receiptReader{r: rc, snap: snap, sum: sha256.New()}
 	if !snap.Encrypted {
-		return verified, func() { rc.Close() }, nil
+		return verified, closeAll, nil
 	}
 	plain, err := age.Decrypt(verified, a.Identity)
 	if err != nil {
-		rc.Close()
+		closeAll()
 		return nil, nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: decrypt: %v", snap.ID, err)
 	}
 	// age stops at its final chunk; read the object to its end so the check above runs.
-	return &thenDrain{r: plain, tail: verified}, func() { rc.Close() }, nil
+	return &thenDrain{r: plain, tail: verified}, closeAll, nil
 }
 
 // receiptReader checks the bytes of a stored object against its receipt.
