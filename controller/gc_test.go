@@ -24,10 +24,16 @@ import (
 // small tree stored in the blob store.
 func (tc *testController) closedWorkspace(t *testing.T, name string, at time.Time, n int) (api.Workspace, []api.Snapshot) {
 	t.Helper()
+	return tc.storedWorkspace(t, name, at, n, &api.WorkspaceGit{ProjectID: "prj_test", Mode: api.ModeIsolated,
+		Strategy: api.StrategyClone, Branch: "tether/" + name, BaseRef: "main"})
+}
+
+// storedWorkspace is closedWorkspace of a project checkout (git set) or not (nil).
+func (tc *testController) storedWorkspace(t *testing.T, name string, at time.Time, n int, git *api.WorkspaceGit) (api.Workspace, []api.Snapshot) {
+	t.Helper()
 	ctx := context.Background()
 	w := api.Workspace{ID: newID("ws_"), Name: name, Provider: "local", State: api.StateClosed,
-		AllocationID: newID("al_"), CreatedAt: at.Add(-time.Hour), UpdatedAt: at,
-		Git: &api.WorkspaceGit{ProjectID: "prj_test", Mode: api.ModeIsolated, Strategy: api.StrategyClone, Branch: "tether/" + name, BaseRef: "main"}}
+		AllocationID: newID("al_"), CreatedAt: at.Add(-time.Hour), UpdatedAt: at, Git: git}
 	a := store.Allocation{ID: w.AllocationID, WorkspaceID: w.ID, Provider: "local", State: store.AllocDestroyed,
 		BootstrapHash: hashToken(newToken(prefixBootstrap)), CreatedAt: at, UpdatedAt: at}
 	if err := tc.s.store.CreateWorkspace(ctx, w, a); err != nil {
