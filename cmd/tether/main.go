@@ -90,6 +90,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newProviderCmd(c),
 		newProjectCmd(c),
 		newGCCmd(c),
+		newStorageCmd(c),
 		newTokenCmd(c),
 		newDemoCmd(c),
 	)

@@ -190,7 +190,7 @@ func newGCCmd(c *cli) *cobra.Command {
 	var dryRun, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "gc [--grace 24h] [--dry-run]",
-		Short: "Reclaim storage of closed workspaces whose work is delivered or held by a verified receipt",
+		Short: "Reclaim storage: snapshot objects no receipt needs, and closed workspaces' superseded receipts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if grace < 0 {
@@ -215,15 +215,19 @@ func newGCCmd(c *cli) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			for _, p := range res.Pruned {
+				c.printf("retention: workspace %s: removed %d receipt(s), kept %d\n", p.WorkspaceID, len(p.Removed), len(p.Kept))
+			}
 			if dryRun {
-				c.printf("dry run: nothing reclaimed\n")
+				c.printf("dry run: nothing reclaimed; %d snapshot object(s) (%d bytes) no receipt needs\n", res.Objects.Objects, res.Objects.Bytes)
 			} else {
+				c.printf("deleted %d snapshot object(s) no receipt needs (%d bytes)\n", res.Objects.Objects, res.Objects.Bytes)
 				c.printf("reclaimed %d bytes\n", res.Bytes)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&grace, "grace", 24*time.Hour, "only workspaces closed at least this long ago")
+	cmd.Flags().DurationVar(&grace, "grace", 24*time.Hour, "only workspaces closed, and objects without a receipt stored, at least this long ago (pinned objects are kept whatever it is)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list candidates and bytes, reclaim nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sweep as JSON")
 	return cmd

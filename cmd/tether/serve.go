@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/retention"
 )
 
 type serveFlags struct {
@@ -22,6 +24,7 @@ type serveFlags struct {
 	providerConfig                                   []string
 	http                                             controller.HTTPLimits
 	runners                                          controller.RunnerLimits
+	retention                                        api.RetentionPolicy
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -63,6 +66,9 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
+	cmd.Flags().IntVar(&f.retention.KeepLast, "keep-last", 0, "default retention for gc and prune: keep each workspace's newest N receipts (unset: keep everything)")
+	cmd.Flags().IntVar(&f.retention.KeepHourly, "keep-hourly", 0, "default retention: keep the newest receipt of each of the last N hours that have one")
+	cmd.Flags().IntVar(&f.retention.KeepDaily, "keep-daily", 0, "default retention: keep the newest receipt of each of the last N days that have one")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
 	cmd.Flags().DurationVar(&f.http.ReadHeaderTimeout, "http-read-header-timeout", controller.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
 	cmd.Flags().DurationVar(&f.http.IdleTimeout, "http-idle-timeout", controller.DefaultIdleTimeout, "how long a keep-alive connection may sit idle before it is closed")
@@ -98,6 +104,10 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
+		Retention: f.retention,
+	}
+	if err := retention.Check(f.retention); err != nil {
+		return cfg, usageError{err}
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")

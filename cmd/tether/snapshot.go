@@ -13,7 +13,7 @@ import (
 )
 
 func newSnapshotCmd(c *cli) *cobra.Command {
-	cmd := &cobra.Command{Use: "snapshot", Aliases: []string{"snap"}, Short: "Capture, list, restore, export and verify snapshots"}
+	cmd := &cobra.Command{Use: "snapshot", Aliases: []string{"snap"}, Short: "Capture, list, restore, export, verify, remove and prune snapshots"}
 	var asJSON bool
 	create := &cobra.Command{
 		Use:   "create ID",
@@ -168,7 +168,7 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 	for _, sub := range []*cobra.Command{create, ls, show, restore, verify} {
 		sub.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}
-	cmd.AddCommand(create, ls, show, restore, export, verify)
+	cmd.AddCommand(create, ls, show, restore, export, verify, newSnapshotRmCmd(c), newSnapshotPruneCmd(c))
 	return cmd
 }
 

@@ -196,15 +196,27 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 }
 
 func newWorkspaceRmCmd(c *cli) *cobra.Command {
-	var asJSON bool
+	var asJSON, purge bool
 	cmd := &cobra.Command{
-		Use:   "rm ID",
-		Short: "Destroy a workspace's sandbox and delete it",
+		Use:   "rm ID [--purge]",
+		Short: "Destroy a workspace's sandbox and delete it (--purge: and remove its receipts)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
 			if err != nil {
 				return err
+			}
+			if purge {
+				res, err := cl.PurgeWorkspace(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(res)
+				}
+				c.printf("%s\n", res.Workspace.ID)
+				fmt.Fprintf(c.stderr, "removed %d receipt(s); the next gc frees what no other receipt needs\n", len(res.Removed))
+				return nil
 			}
 			w, err := cl.DeleteWorkspace(cmd.Context(), args[0])
 			if err != nil {
@@ -218,6 +230,7 @@ func newWorkspaceRmCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the deleted workspace as JSON")
+	cmd.Flags().BoolVar(&purge, "purge", false, "also remove every receipt of the workspace (again on a deleted one: what is left)")
 	return cmd
 }
 
