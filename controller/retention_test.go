@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -316,5 +317,44 @@ func TestPurge(t *testing.T) {
 	}
 	if _, u := tc.usageOf(t, ws.ID); u.Total != (api.StorageFigure{}) {
 		t.Fatalf("du after gc: %+v", u)
+	}
+}
+
+// A workspace-limited token prunes and removes its own workspaces' receipts; storage du and gc
+// span every workspace and are refused to it (another workspace's receipts are not_found to it:
+// TestLimitedTokenRoutes).
+func TestLimitedTokenRetention(t *testing.T) {
+	tc := newTestController(t)
+	f := newScopeFixture(t, tc)
+	ctx := context.Background()
+	cl := tc.apiClient(t, f.token)
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 3 {
+		id := newID("snap_")
+		if err := tc.s.store.CreateSnapshot(ctx, api.Snapshot{ID: id, WorkspaceID: f.mine.ID, ObjectKey: "snapshots/mine-" + id,
+			CreatedAt: now.Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := cl.PruneSnapshots(ctx, f.mine.ID, api.PruneRequest{}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		t.Fatalf("prune with no policy anywhere: %v", err)
+	}
+	res, err := cl.PruneSnapshots(ctx, f.mine.ID, api.PruneRequest{Policy: api.RetentionPolicy{KeepLast: 2}})
+	if err != nil || len(res.Removed) != 1 || res.Removed[0].ID != ids[0] {
+		t.Fatalf("own prune: %+v %v", res, err)
+	}
+	if _, err := cl.RemoveSnapshot(ctx, ids[2]); protocol.CodeOf(err) != protocol.CodeConflict || !strings.Contains(err.Error(), "reopen restores from it") {
+		t.Fatalf("removing the newest: %v", err)
+	}
+	if snap, err := cl.RemoveSnapshot(ctx, ids[1]); err != nil || snap.ID != ids[1] {
+		t.Fatalf("own rm: %+v %v", snap, err)
+	}
+	if _, err := cl.StorageUsage(ctx); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+		t.Fatalf("du with a limited token: %v", err)
+	}
+	if _, err := cl.GC(ctx, api.GCRequest{}); protocol.CodeOf(err) != protocol.CodeUnauthorized {
+		t.Fatalf("gc with a limited token: %v", err)
 	}
 }
