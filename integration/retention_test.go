@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/controller/api"
+)
+
+func (c *controllerProc) du(t *testing.T) api.StorageUsage {
+	t.Helper()
+	var u api.StorageUsage
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "storage", "du", "--json")), &u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func ownBytes(u api.StorageUsage, ws string) int64 {
+	for _, w := range u.Workspaces {
+		if w.WorkspaceID == ws {
+			return w.Bytes
+		}
+	}
+	return 0
+}
+
+// A workspace with several receipts, pruned to two: the removed receipts are gone, every kept
+// one restores exactly, gc with no grace frees the removed ones' bytes and du shows it; then
+// rm --purge and gc give the rest of the space back.
+func TestRetentionPruneGCAndPurge(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t, "--name", "kept")
+	var snaps []api.Snapshot
+	var listings []string
+	for i := range 4 {
+		c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "head -c 200000 /dev/urandom > blob-$0; echo $0 > version", string(rune('0'+i)))
+		listings = append(listings, c.listing(t, ws.ID))
+		snaps = append(snaps, c.snapshot(t, ws.ID))
+	}
+	var all int64
+	for _, s := range snaps {
+		all += s.Bytes
+	}
+	if u := c.du(t); ownBytes(u, ws.ID) != all || u.Unreferenced.Bytes != 0 {
+		t.Fatalf("du before: %+v; want %d bytes of %s's own", u, all, ws.ID)
+	}
+
+	// The newest receipt of a live workspace stays.
+	r := c.cli(t, nil, "snapshot", "rm", snaps[3].ID)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "conflict") || !strings.Contains(r.Stderr, "reopen restores from it") {
+		t.Fatalf("snapshot rm of the newest: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	var dry api.PruneResult
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "prune", ws.ID, "--keep-last", "2", "--dry-run", "--json")), &dry); err != nil ||
+		len(dry.Removed) != 2 || len(c.snapshots(t, ws.ID)) != 4 {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	out := c.mustCLI(t, "snapshot", "prune", ws.ID, "--keep-last", "2")
+	for _, want := range []string{"keep    " + snaps[3].ID, "remove  " + snaps[0].ID, "newest,last", "kept 2, removed 2"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("prune printed:\n%s\nwant %q", out, want)
+		}
+	}
+	left := c.snapshots(t, ws.ID)
+	if len(left) != 2 || left[0].ID != snaps[2].ID || left[1].ID != snaps[3].ID {
+		t.Fatalf("receipts after prune: %+v", left)
+	}
+	if r := c.cli(t, nil, "snapshot", "show", snaps[0].ID); r.Code == 0 || !strings.Contains(r.Stderr, "not_found") {
+		t.Fatalf("a pruned receipt: exit %d %s", r.Code, r.Stderr)
+	}
+	for i := 2; i < 4; i++ {
+		var restored api.Workspace
+		if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "restore", snaps[i].ID, "--json")), &restored); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.listing(t, restored.ID); got != listings[i] {
+			t.Fatalf("receipt %d restores as\n%s\nwant\n%s", i, got, listings[i])
+		}
+		c.mustCLI(t, "workspace", "rm", restored.ID)
+	}
+	u := c.du(t)
+	if u.Unreferenced.Bytes != snaps[0].Bytes+snaps[1].Bytes || ownBytes(u, ws.ID) != snaps[2].Bytes+snaps[3].Bytes {
+		t.Fatalf("du after prune: %+v", u)
+	}
+
+	res := c.gc(t, "--grace", "0s")
+	if res.Objects.Bytes != snaps[0].Bytes+snaps[1].Bytes || res.Objects.Objects != 2 {
+		t.Fatalf("gc: %+v", res)
+	}
+	for i, s := range snaps {
+		_, err := os.Stat(filepath.Join(c.Data, "blobs", filepath.FromSlash(s.ObjectKey)))
+		if gone := os.IsNotExist(err); gone != (i < 2) {
+			t.Fatalf("object of receipt %d after gc: %v", i, err)
+		}
+	}
+	if u := c.du(t); u.Unreferenced.Bytes != 0 || ownBytes(u, ws.ID) != snaps[2].Bytes+snaps[3].Bytes || u.Total.Bytes != ownBytes(u, ws.ID) {
+		t.Fatalf("du after gc: %+v", u)
+	}
+	c.mustCLI(t, "snapshot", "verify", snaps[2].ID)
+
+	// rm --purge, then gc: the space is back.
+	c.mustCLI(t, "workspace", "rm", "--purge", ws.ID)
+	if u := c.du(t); u.Unreferenced.Bytes != snaps[2].Bytes+snaps[3].Bytes || ownBytes(u, ws.ID) != 0 {
+		t.Fatalf("du after purge: %+v", u)
+	}
+	// Purging again (the workspace is deleted) finds nothing left, and fails nothing.
+	c.mustCLI(t, "workspace", "rm", "--purge", ws.ID)
+	if res := c.gc(t, "--grace", "0s"); res.Objects.Bytes != snaps[2].Bytes+snaps[3].Bytes {
+		t.Fatalf("gc after purge: %+v", res)
+	}
+	if u := c.du(t); u.Total != (api.StorageFigure{}) {
+		t.Fatalf("du at the end: %+v", u)
+	}
+}
