@@ -358,3 +358,20 @@ func TestLimitedTokenRetention(t *testing.T) {
 		t.Fatalf("gc with a limited token: %v", err)
 	}
 }
+
+// Two reads pinning one object: the end of one leaves the other's heartbeat in the store, where
+// other controllers' sweeps look for it.
+func TestPinOutlivesAnotherPinsRelease(t *testing.T) {
+	tc := newTestController(t)
+	ctx := context.Background()
+	hb := pinPrefix + "snapshots/x " + tc.s.id
+	first, second := tc.s.uploads.pin("snapshots/x"), tc.s.uploads.pin("snapshots/x")
+	first()
+	if touched, err := tc.s.store.LiveUploads(ctx, time.Time{}); err != nil || !touched[hb] {
+		t.Fatalf("after one of two pins ended: %v %v", touched, err)
+	}
+	second()
+	if touched, err := tc.s.store.LiveUploads(ctx, time.Time{}); err != nil || touched[hb] {
+		t.Fatalf("after both pins ended: %v %v", touched, err)
+	}
+}
