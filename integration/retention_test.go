@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"hash"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +135,71 @@ func testRetention(t *testing.T, c *controllerProc, gone func(key string) bool) 
 	}
 	if u := c.du(t); u.Total != (api.StorageFigure{}) {
 		t.Fatalf("du at the end: %+v", u)
+	}
+}
+
+// heldWriter holds its first write until proceed is closed, after saying it started: the
+// export's response is then held open mid-stream, its archive open on the controller.
+type heldWriter struct {
+	started, proceed chan struct{}
+	once             bool
+	h                hash.Hash
+}
+
+func (g *heldWriter) Write(p []byte) (int, error) {
+	if !g.once {
+		g.once = true
+		close(g.started)
+		<-g.proceed
+	}
+	return g.h.Write(p)
+}
+
+// gc with no grace, while an export of a removed receipt is streaming, leaves its object (du
+// shows it in flight); the export ends whole and verified; the next gc frees the object.
+func TestRetentionGCSparesARunningExport(t *testing.T) {
+	c := startController(t, serveOpts{})
+	ws := c.createWorkspace(t, "--name", "read")
+	// Far more than the socket buffers hold, so the export is still reading when held.
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "head -c 67108864 /dev/urandom > big")
+	old := c.snapshot(t, ws.ID)
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "rm big; echo small > f")
+	c.snapshot(t, ws.ID)
+	objectPath := filepath.Join(c.Data, "blobs", filepath.FromSlash(old.ObjectKey))
+
+	cl := c.Client(t)
+	w := &heldWriter{started: make(chan struct{}), proceed: make(chan struct{}), h: sha256.New()}
+	done := make(chan error, 1)
+	go func() {
+		_, err := cl.ExportSnapshot(context.Background(), old.ID, w)
+		done <- err
+	}()
+	<-w.started
+	c.mustCLI(t, "snapshot", "rm", old.ID)
+	if u := c.du(t); u.InFlight.Bytes != old.Bytes || u.Unreferenced.Bytes != 0 {
+		close(w.proceed)
+		t.Fatalf("du during the export: %+v", u)
+	}
+	if res := c.gc(t, "--grace", "0s"); res.Objects.Objects != 0 {
+		close(w.proceed)
+		t.Fatalf("gc during the export: %+v", res)
+	}
+	if _, err := os.Stat(objectPath); err != nil {
+		close(w.proceed)
+		t.Fatalf("the object under the export: %v", err)
+	}
+	close(w.proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("the export: %v", err)
+	}
+	// Unencrypted, the export is the stored object itself.
+	if got := hex.EncodeToString(w.h.Sum(nil)); got != old.SHA256 {
+		t.Fatalf("exported sha256 %s, receipt %s", got, old.SHA256)
+	}
+	if res := c.gc(t, "--grace", "0s"); res.Objects.Objects != 1 || res.Objects.Bytes != old.Bytes {
+		t.Fatalf("gc after the export: %+v", res)
+	}
+	if _, err := os.Stat(objectPath); !os.IsNotExist(err) {
+		t.Fatalf("the object after the export: %v", err)
 	}
 }
