@@ -138,8 +138,9 @@ func (s *DB) eachLiveObject(ctx context.Context, fn func(key, workspaceID string
 }
 
 // RemoveSnapshot deletes a receipt and returns it. The newest receipt of a workspace that is not
-// deleted is refused (CodeConflict): reopen restores from it. The workspace's row is locked
-// first, so two removals of a workspace's two newest receipts cannot both pass the check.
+// deleted is refused (CodeConflict): reopen restores from it. Removing an older receipt never
+// changes which is the newest, so concurrent removals cannot take the newest between them; the
+// workspace's row is locked anyway, so the check reads the state the removal commits under.
 func (s *DB) RemoveSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
