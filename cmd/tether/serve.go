@@ -18,6 +18,7 @@ type serveFlags struct {
 	provider                                         string
 	blobs, snapshotKey, encrypt, store               string
 	readyTimeout, sweepGrace, gcInterval, gcGrace    time.Duration
+	checkpointEvery                                  time.Duration
 	maxFileSize                                      int64
 	providerConfig                                   []string
 	http                                             controller.HTTPLimits
@@ -62,6 +63,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
+	cmd.Flags().DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint each workspace without an interval of its own this often (0: off; see workspace update)")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().Int64Var(&f.maxFileSize, "max-file-size", 0, "largest file one write may create, in bytes (0: no limit)")
 	cmd.Flags().DurationVar(&f.http.ReadHeaderTimeout, "http-read-header-timeout", controller.DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
@@ -98,6 +100,10 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
+		CheckpointEvery: f.checkpointEvery,
+	}
+	if err := controller.CheckEvery(f.checkpointEvery); err != nil {
+		return cfg, usageError{err}
 	}
 	for _, kv := range f.providerConfig {
 		nameKey, value, ok := strings.Cut(kv, "=")
