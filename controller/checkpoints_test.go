@@ -241,3 +241,43 @@ func TestUpdateWorkspaceCheckpointEvery(t *testing.T) {
 		t.Fatalf("default: %+v, %v", ws, err)
 	}
 }
+
+// Two controllers sharing a store and a clock: only the one holding the runner's connection
+// takes the checkpoint; the other neither captures nor records a skip.
+func TestClusterCheckpointOnce(t *testing.T) {
+	fc := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+	a, b := newClusterPair(t, fc)
+	const every = 2 * time.Second
+	for _, tc := range []*testController{a, b} {
+		tc.s.cfg.CheckpointEvery = every
+	}
+	ws := a.liveWorkspace(t, "cp-cluster")
+	writeFile(t, ws.root, "a.txt", "one")
+	da, db := startCheckpoints(t, a, fc), startCheckpoints(t, b, fc)
+	// step beats both controllers' heartbeats at the current time (each stays alive for the
+	// next tick) and runs one pass of each loop.
+	step := func() {
+		for _, tc := range []*testController{a, b} {
+			if err := tc.s.members.Beat(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fc.Advance(checkpointTick)
+		<-da.passes
+		<-db.passes
+	}
+	step()
+	if n := len(receipts(t, a, ws.workspaceID)); n != 1 {
+		t.Fatalf("first due pass of two controllers: %d receipts; want 1", n)
+	}
+	writeFile(t, ws.root, "b.txt", "two")
+	for range every / checkpointTick {
+		step()
+	}
+	if n := len(receipts(t, a, ws.workspaceID)); n != 2 {
+		t.Fatalf("one interval later: %d receipts; want 2", n)
+	}
+	if n := events(t, a, ws.workspaceID, "checkpoint skipped"); n != 0 {
+		t.Fatalf("the controller not holding the runner recorded %d skips", n)
+	}
+}
