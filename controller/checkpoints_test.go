@@ -281,3 +281,54 @@ func TestClusterCheckpointOnce(t *testing.T) {
 		t.Fatalf("the controller not holding the runner recorded %d skips", n)
 	}
 }
+
+// A runner whose tree keeps changing answers every capture changed_during_capture: the
+// checkpoint is skipped (an event naming it), nothing is stored, the workspace stays ready, and
+// the next try is an interval later.
+func TestCheckpointSkipsChangedDuringCapture(t *testing.T) {
+	fc := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+	const every = time.Minute
+	tc := newTestController(t, withClock(fc), func(c *Config) { c.CheckpointEvery = every })
+	al := tc.addAllocation(t, "restless")
+	sess, _ := tc.connectOnce(t, al, al.token, true)
+	captures := make(chan struct{}, 16)
+	go func() {
+		for {
+			st, err := sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			var h protocol.Header
+			if protocol.ReadJSON(st, &h) == nil && h.Op == protocol.OpSnapshotCapture {
+				captures <- struct{}{}
+			}
+			_ = protocol.WriteJSON(st, protocol.Trailer{Error: &protocol.Error{Code: protocol.CodeChangedDuringCapture, Message: "a.txt changed while it was read"}})
+			st.Close()
+		}
+	}()
+	if err := tc.s.store.TransitionWorkspace(context.Background(), al.workspaceID, wsstate.FinishProvision, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	d := startCheckpoints(t, tc, fc)
+	d.advance(checkpointTick)
+	if len(captures) != captureAttempts {
+		t.Fatalf("%d capture attempts; want %d", len(captures), captureAttempts)
+	}
+	if n := len(receipts(t, tc, al.workspaceID)); n != 0 {
+		t.Fatalf("%d receipts of a tree that kept changing", n)
+	}
+	if n := objects(t, tc, al.workspaceID); n != 0 {
+		t.Fatalf("%d objects left", n)
+	}
+	if n := events(t, tc, al.workspaceID, "checkpoint skipped: capture: changed_during_capture"); n != 1 {
+		t.Fatalf("changed_during_capture skip events: %d; want 1", n)
+	}
+	if got, _ := tc.s.store.GetWorkspace(context.Background(), al.workspaceID); got.State != api.StateReady {
+		t.Fatalf("the workspace is %s", got.State)
+	}
+	// Not again until an interval has passed.
+	d.advance(every / 2)
+	if len(captures) != captureAttempts {
+		t.Fatalf("captured again within the interval: %d attempts", len(captures))
+	}
+}
