@@ -18,8 +18,21 @@ const captureAttempts = 3
 // what it received, and no receipt is written. Nothing of a failed attempt is ever published.
 // After captureAttempts, the last attempt's error is returned.
 func (s *Server) captureWorkspace(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
+	return s.captureWorkspaceAs(ctx, ws, captureOpts{})
+}
+
+// captureOpts says what kind of capture this is.
+type captureOpts struct {
+	// checkpoint marks the receipt as the controller's own, and keeps none when the tree is the
+	// newest receipt's (the capture then answers errTreeUnchanged with that receipt).
+	checkpoint bool
+}
+
+// captureWorkspaceAs is captureWorkspace with opts; the workspace is busy (busySet) meanwhile.
+func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts captureOpts) (api.Snapshot, error) {
+	defer s.busy.hold(ws.ID)()
 	for attempt := 1; ; attempt++ {
-		snap, err := s.captureOnce(ctx, ws)
+		snap, err := s.captureOnce(ctx, ws, opts)
 		if protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
 			return snap, err
 		}

@@ -83,6 +83,9 @@ type Config struct {
 	PeerURL string
 	// Membership is the heartbeat timing (zero: peer.DefaultTiming).
 	Membership peer.Timing
+	// CheckpointEvery is the default interval of automatic checkpoints for a workspace that has
+	// none of its own (0: off).
+	CheckpointEvery time.Duration
 }
 
 // Server is a running controller.
@@ -118,6 +121,11 @@ type Server struct {
 	provisioning provisioning
 	hostLocals   hostLocalCache
 	uploads      *uploadTracker // heartbeats of this controller's running uploads
+	// busy marks the workspaces this controller is capturing or restoring into: a checkpoint
+	// skips them rather than wait. checkpointPassed, when set (tests), is called after each
+	// pass of the checkpoint loop.
+	busy             busySet
+	checkpointPassed func()
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -275,6 +283,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/workspaces", scopeOperator, s.handleCreateWorkspace},
 		{"GET /v1/workspaces", scopeList, s.handleListWorkspaces},
 		{"GET /v1/workspaces/{id}", scopeWorkspace, s.handleGetWorkspace},
+		{"PATCH /v1/workspaces/{id}", scopeWorkspace, s.handleUpdateWorkspace},
+		{"POST /v1/workspaces/{id}/fork", scopeOperator, s.handleFork},
 		{"DELETE /v1/workspaces/{id}", scopeWorkspace, s.handleDeleteWorkspace},
 		{"PUT /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeImport},
 		{"GET /v1/workspaces/{id}/exec", scopeWorkspace, s.handleExec},
@@ -354,6 +364,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		errc <- errors.New("controller: Serve after shutdown")
 	}
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir, "id", s.id, "peer", peerURL)
+	s.routines.Go("checkpoint loop", s.checkpointLoop)
 	if s.cfg.GCInterval > 0 {
 		s.routines.Go("gc loop", func(ctx context.Context) { s.gcLoop(ctx, s.cfg.GCInterval, s.cfg.GCGrace) })
 	}

@@ -44,7 +44,7 @@ func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snap
 
 // captureOnce is one capture attempt of ws from its connected runner (ready, or closing); see
 // captureWorkspace.
-func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapshot, error) {
+func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts captureOpts) (api.Snapshot, error) {
 	c, err := s.reach(ctx, ws.AllocationID)
 	if err != nil {
 		return api.Snapshot{}, err
@@ -125,6 +125,17 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	} else if now.Epoch != snap.Epoch {
 		return discard(protocol.Errorf(protocol.CodeStaleEpoch, "the writer epoch moved from %d to %d during the capture", snap.Epoch, now.Epoch))
 	}
+	if opts.checkpoint {
+		if same := unchangedSince(prev, snap.Summary.Tree); same != nil {
+			// Nothing changed since the newest receipt: its object goes, and no receipt is
+			// written (a verified tree equal to a receipt's is no evidence against the runner).
+			if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
+				s.log.Error("remove the object of an unchanged checkpoint", "key", snap.ObjectKey, "err", derr)
+			}
+			return *same, errTreeUnchanged
+		}
+		snap.Checkpoint = true
+	}
 	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
 	snap.CreatedAt = s.now()
@@ -180,7 +191,14 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 	if err != nil {
 		return api.RestoreResult{}, err
 	}
-	ws, err := s.CreateWorkspace(ctx, api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider, Options: req.Options})
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	ws, err := s.createWorkspace(ctx, api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider, Options: req.Options},
+		func(id string) { release = s.busy.hold(id) })
 	if err != nil {
 		return api.RestoreResult{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
@@ -46,10 +47,24 @@ func (s *Server) handleCreateWorkspace(w http.ResponseWriter, r *http.Request) {
 // runner inside says hello (ready) or the ready timeout passes (failed, with the reason). The
 // provisioning goes on if ctx ends first, so a client that gives up leaves a settled record.
 func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceRequest) (api.Workspace, error) {
+	return s.createWorkspace(ctx, req, nil)
+}
+
+// createWorkspace is CreateWorkspace; onID, when set, is called with the new workspace's id
+// before it is recorded (a restore marks it busy there, so no checkpoint sees its empty tree).
+func (s *Server) createWorkspace(ctx context.Context, req api.CreateWorkspaceRequest, onID func(id string)) (api.Workspace, error) {
 	if req.Provider == "" {
 		req.Provider = s.cfg.DefaultProvider
 	}
 	id := newID("ws_")
+	if req.CheckpointEvery != nil {
+		if err := CheckEvery(time.Duration(*req.CheckpointEvery)); err != nil {
+			return api.Workspace{}, err
+		}
+	}
+	if onID != nil {
+		onID(id)
+	}
 	if req.Name == "" {
 		req.Name = id
 	}
@@ -79,7 +94,7 @@ func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	}
 	now := s.now()
 	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateProvisioning,
-		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now}
+		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now, CheckpointEvery: req.CheckpointEvery}
 
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
@@ -224,6 +239,7 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 		return api.Workspace{}, notFound("workspace", idOrName)
 	}
 	ws.Connected = s.connected(ctx, ws.AllocationID)
+	ws = s.withCheckpoint(ws)
 	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
 		s.log.Warn("read allocation info", "allocation", ws.AllocationID, "err", err)
 	} else if len(info) > 0 {
@@ -243,7 +259,7 @@ func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		if p.sees(ws.ID) {
 			ws.Connected = s.connected(r.Context(), ws.AllocationID)
-			list = append(list, ws)
+			list = append(list, s.withCheckpoint(ws))
 		}
 	}
 	writeJSON(w, http.StatusOK, list)

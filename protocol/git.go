@@ -16,7 +16,16 @@ const (
 	// the branch has no commits of its own the base lacks and the tree is clean. Result:
 	// GitReconcileReply.
 	OpGitReconcile = "git_reconcile"
+	// OpGitBranch (Args: GitBranchArgs) creates a branch at HEAD's commit and moves HEAD onto
+	// it; the index and the working tree stay as they are (a fork's own branch). A branch that
+	// exists already is refused (conflict). Result: GitStatus.
+	OpGitBranch = "git_branch"
 )
+
+// GitBranchArgs are the arguments of OpGitBranch.
+type GitBranchArgs struct {
+	Branch string `json:"branch"`
+}
 
 // GitStrategyClone is the one checkout strategy (see OpGitCheckout).
 const GitStrategyClone = "clone"

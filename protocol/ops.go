@@ -85,6 +85,7 @@ var ops = [...]OpSpec{
 	{Name: OpGitCheckout, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitCheckoutArgs]()},
 	{Name: OpGitInspect, Direction: ControllerToRunner, Args: reflect.TypeFor[GitInspectArgs]()},
 	{Name: OpGitReconcile, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitReconcileArgs]()},
+	{Name: OpGitBranch, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitBranchArgs]()},
 	{Name: OpQuiesce, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[QuiesceArgs]()},
 
 	// The Hello travels after the header, not in its Args.

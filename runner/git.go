@@ -62,6 +62,16 @@ func (r *Runner) gitInspect(ctx context.Context, _ *yamux.Stream, args protocol.
 	return gitops.Inspect(ctx, root, args)
 }
 
+// gitBranch moves the repository onto a new branch at its HEAD commit (a fork's own).
+func (r *Runner) gitBranch(ctx context.Context, _ *yamux.Stream, args protocol.GitBranchArgs) (protocol.GitStatus, error) {
+	root, err := r.gitRoot()
+	if err != nil {
+		return protocol.GitStatus{}, err
+	}
+	defer lockGit(root)()
+	return gitops.SwitchBranch(ctx, root, args)
+}
+
 // gitReconcile takes the base ref's new commit, with a pack body of the objects the workspace may
 // lack when args.HasPack.
 func (r *Runner) gitReconcile(ctx context.Context, st *yamux.Stream, args protocol.GitReconcileArgs) (protocol.GitReconcileReply, error) {

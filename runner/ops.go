@@ -35,6 +35,7 @@ var handlers = map[string]opHandler{
 	protocol.OpGitCheckout:     reply((*Runner).gitCheckout),
 	protocol.OpGitInspect:      reply((*Runner).gitInspect),
 	protocol.OpGitReconcile:    reply((*Runner).gitReconcile),
+	protocol.OpGitBranch:       reply((*Runner).gitBranch),
 	protocol.OpQuiesce:         reply((*Runner).quiesce),
 }
 

@@ -131,6 +131,9 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	if err := demoCLI("workspace", "ls"); err != nil {
 		return err
 	}
+	if err := demoCheckpointFork(ctx, c, cl, demoCLI, step, repo, prov); err != nil {
+		return err
+	}
 	if err := demoSnapshot(ctx, c, cl, demoCLI, step, ws); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ type serveFlags struct {
 	provider                                         string
 	blobs, snapshotKey, encrypt, store               string
 	readyTimeout, sweepGrace, gcInterval, gcGrace    time.Duration
+	checkpointEvery                                  time.Duration
 	maxFileSize                                      int64
 	providerConfig                                   []string
 	http                                             controller.HTTPLimits
@@ -65,6 +66,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.encrypt, "encrypt-snapshots", "auto", "auto (on for S3), true or false")
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
+	cmd.Flags().DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint each workspace without an interval of its own this often (0: off; see workspace update)")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().IntVar(&f.retention.KeepLast, "keep-last", 0, "default retention for gc and prune: keep each workspace's newest N receipts (unset: keep everything)")
 	cmd.Flags().IntVar(&f.retention.KeepHourly, "keep-hourly", 0, "default retention: keep the newest receipt of each of the last N hours that have one")
@@ -104,9 +106,12 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
-		Retention: f.retention,
+		Retention: f.retention, CheckpointEvery: f.checkpointEvery,
 	}
 	if err := retention.Check(f.retention); err != nil {
+		return cfg, usageError{err}
+	}
+	if err := controller.CheckEvery(f.checkpointEvery); err != nil {
 		return cfg, usageError{err}
 	}
 	for _, kv := range f.providerConfig {

@@ -53,9 +53,9 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 				return c.printJSON(list)
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SNAPSHOT\tENTRIES\tSIZE\tENCRYPTED\tGIT\tCREATED")
+			fmt.Fprintln(tw, "SNAPSHOT\tENTRIES\tSIZE\tENCRYPTED\tGIT\tCREATED\tKIND")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\n", s.ID, s.Entries, humanBytes(s.Bytes), s.Encrypted, gitLine(s.Git), ago(s.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%s\n", s.ID, s.Entries, humanBytes(s.Bytes), s.Encrypted, gitLine(s.Git), ago(s.CreatedAt), snapshotKind(s))
 			}
 			return tw.Flush()
 		},

@@ -22,7 +22,7 @@ func newWorkspaceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, list, show and remove workspaces"}
 	cmd.AddCommand(newWorkspaceCreateCmd(c), newWorkspaceLsCmd(c), newWorkspaceShowCmd(c), newWorkspaceRmCmd(c),
 		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c),
-		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c))
+		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c), newWorkspaceUpdateCmd(c), newWorkspaceForkCmd(c))
 	return cmd
 }
 
@@ -31,6 +31,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	var source string
 	var asJSON bool
 	var provOpts []string
+	var every time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a workspace and wait until its runner is ready",
@@ -50,6 +51,10 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 			}
 			if req.Options, err = parseProviderOpts(provOpts); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("checkpoint-every") {
+				d := protocol.Duration(every)
+				req.CheckpointEvery = &d
 			}
 			ws, err := cl.CreateWorkspace(cmd.Context(), req)
 			if err != nil {
@@ -89,6 +94,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&req.Branch, "branch", "", "with --project: the branch (default tether/NAME when isolated, tether/shared when shared)")
 	cmd.Flags().StringArrayVar(&req.Provision, "provision", nil, "with --project: a shell command run inside the allocation after the project's; repeatable")
 	cmd.Flags().StringArrayVar(&req.Teardown, "teardown", nil, "with --project: a shell command run before release after the project's; repeatable")
+	cmd.Flags().DurationVar(&every, "checkpoint-every", 0, "take a checkpoint (a receipt when the tree changed) this often; 0 turns it off (default: the controller's --checkpoint-every)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }
@@ -125,9 +131,9 @@ func newWorkspaceLsCmd(c *cli) *cobra.Command {
 				return c.printJSON(list)
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tPROVIDER\tSTATE\tRUNNER\tCREATED")
+			fmt.Fprintln(tw, "ID\tNAME\tPROVIDER\tSTATE\tRUNNER\tCREATED\tCHECKPOINT")
 			for _, w := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Provider, w.State, connected(w), ago(w.CreatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Provider, w.State, connected(w), ago(w.CreatedAt), checkpointLine(w))
 			}
 			return tw.Flush()
 		},
@@ -179,7 +185,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			}, append(gitRows(w), sandboxRows(w)...)...)); err != nil {
+			}, append(append(checkpointRows(w), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older

@@ -46,6 +46,37 @@ type Workspace struct {
 	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
+	// CheckpointEvery is the workspace's own checkpoint interval: nil follows the controller's
+	// default (tether serve --checkpoint-every), 0 is off. CheckpointInterval is the one in force
+	// (0: no automatic checkpoints); LastCheckpointAt is when a checkpoint last looked at the
+	// workspace, whether or not it wrote a receipt.
+	CheckpointEvery    *protocol.Duration `json:"checkpoint_every,omitempty"`
+	CheckpointInterval protocol.Duration  `json:"checkpoint_interval"`
+	LastCheckpointAt   *time.Time         `json:"last_checkpoint_at,omitempty"`
+}
+
+// UpdateWorkspaceRequest is the body of PATCH /v1/workspaces/{id}: each field set is changed.
+type UpdateWorkspaceRequest struct {
+	// CheckpointEvery sets the workspace's checkpoint interval (0: off).
+	CheckpointEvery *protocol.Duration `json:"checkpoint_every,omitempty"`
+	// CheckpointDefault puts the workspace back on the controller's default interval.
+	CheckpointDefault bool `json:"checkpoint_default,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/workspaces/{id}/fork.
+type ForkRequest struct {
+	Count int `json:"count,omitempty"` // default 1
+	// From is a receipt of the workspace to fork from; empty takes a fresh checkpoint (or the
+	// newest receipt when the tree did not change since).
+	From       string `json:"from,omitempty"`
+	Provider   string `json:"provider,omitempty"`    // default: the workspace's provider
+	NamePrefix string `json:"name_prefix,omitempty"` // default: the workspace's name + "-fork"
+}
+
+// ForkResult is what a fork made: every workspace, ready, from one receipt.
+type ForkResult struct {
+	Snapshot   Snapshot    `json:"snapshot"`
+	Workspaces []Workspace `json:"workspaces"`
 }
 
 // CreateWorkspaceRequest is the body of POST /v1/workspaces.
@@ -61,6 +92,9 @@ type CreateWorkspaceRequest struct {
 	Teardown  []string `json:"teardown,omitempty"`
 	// Options are passed to the provider for this workspace's sandbox (see `tether provider ls`).
 	Options map[string]string `json:"options,omitempty"`
+	// CheckpointEvery is the workspace's checkpoint interval (0: off; unset: the controller's
+	// default).
+	CheckpointEvery *protocol.Duration `json:"checkpoint_every,omitempty"`
 }
 
 // Run states.
@@ -151,6 +185,9 @@ type Snapshot struct {
 	// ReclaimedAt: a gc sweep deleted the object of this superseded receipt (a newer receipt of
 	// the same workspace holds its work); the record stays as history.
 	ReclaimedAt *time.Time `json:"reclaimed_at,omitempty"`
+	// Checkpoint: the controller took this receipt on its own (an automatic checkpoint, or the
+	// fresh one a fork starts from).
+	Checkpoint bool `json:"checkpoint,omitempty"`
 }
 
 // RestoreRequest is the body of POST /v1/snapshots/{id}/restore.

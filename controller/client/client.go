@@ -285,3 +285,15 @@ func (c *Client) ExportFiles(ctx context.Context, id string, req api.ExportReque
 	var res api.ExportResult
 	return res, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/export", req, &res)
 }
+
+// UpdateWorkspace changes a workspace's settings (PATCH; repeating it changes nothing more).
+func (c *Client) UpdateWorkspace(ctx context.Context, id string, req api.UpdateWorkspaceRequest) (api.Workspace, error) {
+	var ws api.Workspace
+	return ws, c.doJSON(ctx, request{method: http.MethodPatch, path: "/v1/workspaces/" + url.PathEscape(id), idempotent: true}, req, &ws)
+}
+
+// ForkWorkspace makes req.Count workspaces from one receipt of the workspace, all or nothing.
+func (c *Client) ForkWorkspace(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	var res api.ForkResult
+	return res, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/fork", req, &res)
+}

@@ -84,6 +84,14 @@ type Workspaces interface {
 	TransitionWorkspace(ctx context.Context, id string, ev wsstate.Event, reason, cause string) error
 	// SetWorkspaceReclaimed records when a sweep reclaimed the workspace.
 	SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error
+	// SetCheckpointEvery sets the workspace's own checkpoint interval (nil: the controller's
+	// default; 0: off); SetCheckpointChecked records when a checkpoint last looked at it. Neither
+	// changes updated_at.
+	SetCheckpointEvery(ctx context.Context, id string, every *time.Duration) error
+	SetCheckpointChecked(ctx context.Context, id string, at time.Time) error
+	// SetWorkspaceGit replaces the workspace's Git record (CodeConflict when its branch already
+	// has another live workspace in the project).
+	SetWorkspaceGit(ctx context.Context, id string, g *api.WorkspaceGit) error
 }
 
 // Events is a workspace's history: the transitions Workspaces records, and what else happened

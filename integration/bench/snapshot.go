@@ -322,6 +322,7 @@ func (s *snapBench) restore(ctx context.Context, snap api.Snapshot) {
 		rp = val(runnerPeak)
 	}
 	s.goalRows("restore", fmt.Sprintf("%d rounds", len(rest.mibps)), watch, rp)
+	s.forkRow(ctx, snap, median(secs))
 }
 
 // checkRestored compares the restored tree's content bytes and Git HEAD with the source's.

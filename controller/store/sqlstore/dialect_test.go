@@ -32,9 +32,9 @@ func TestMigrationsNumbered(t *testing.T) {
 	}
 	saved := migrations
 	defer func() { migrations = saved }()
-	addMigration(len(saved)+2, "gap")
+	addMigration(0, "zero")
 	if _, err := ordered(); err == nil {
-		t.Fatal("a gap in the migration versions was accepted")
+		t.Fatal("migration version 0 was accepted")
 	}
 	migrations = append(saved[:len(saved):len(saved)], saved[0])
 	if _, err := ordered(); err == nil {

@@ -8,6 +8,28 @@ import (
 // LatestVersion is the schema version this build migrates to.
 func LatestVersion() int { return len(migrations) }
 
+// Versions lists every migration version, in order (numbers may leave gaps: see ordered).
+func Versions() []int {
+	ms, err := ordered()
+	if err != nil {
+		panic(err)
+	}
+	vs := make([]int, len(ms))
+	for i, m := range ms {
+		vs[i] = m.version
+	}
+	return vs
+}
+
+// HighestVersion is the newest migration's version.
+func HighestVersion() int {
+	ms, err := ordered()
+	if err != nil {
+		panic(err)
+	}
+	return latest(ms)
+}
+
 // SchemaVersions lists the versions recorded in schema_migrations, in order.
 func SchemaVersions(ctx context.Context, s *DB) ([]int, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)

@@ -22,16 +22,26 @@ func addMigration(version int, name string, stmts ...string) {
 	migrations = append(migrations, migration{version: version, name: name, stmts: stmts})
 }
 
-// ordered returns the migrations by version, checking they are numbered 1, 2, 3, … without gaps.
+// ordered returns the migrations by version, checking each version is positive and used once.
+// A gap is allowed: work in parallel reserves its numbers ahead (a branch may hold 17 before 16
+// is merged), and migrate applies every version not recorded, not only those above the highest.
 func ordered() ([]migration, error) {
 	ms := slices.Clone(migrations)
 	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
 	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migrations are misnumbered: found version %d (%s) where %d belongs", m.version, m.name, i+1)
+		if m.version < 1 || (i > 0 && m.version == ms[i-1].version) {
+			return nil, fmt.Errorf("migrations are misnumbered: version %d (%s) is not positive or is used twice", m.version, m.name)
 		}
 	}
 	return ms, nil
+}
+
+// latest is the highest version of ms (ordered).
+func latest(ms []migration) int {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
 }
 
 // Version 1 is the schema the store had before migrations were numbered; its statements use
@@ -90,9 +100,9 @@ func (s *DB) migrate(ctx context.Context) error {
 			rows.Close()
 			return fmt.Errorf("migrate: %w", err)
 		}
-		if v > len(ms) {
+		if v > latest(ms) {
 			rows.Close()
-			return fmt.Errorf("the %s database has schema version %d; this tether knows versions up to %d: upgrade tether", s.d.name, v, len(ms))
+			return fmt.Errorf("the %s database has schema version %d; this tether knows versions up to %d: upgrade tether", s.d.name, v, latest(ms))
 		}
 		applied[v] = true
 	}

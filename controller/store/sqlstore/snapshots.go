@@ -36,16 +36,16 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
-		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey)
+		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey, snap.Checkpoint)
 	if err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
 	}
 	return nil
 }
 
-const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at, layers, manifest_key`
+const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at, layers, manifest_key, checkpoint`
 
 func nonNil(s []string) []string {
 	if s == nil {
@@ -59,7 +59,7 @@ func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 	var summary, layers string
 	var reclaimed sql.NullTime
 	if err := row.Scan(&snap.ID, &snap.WorkspaceID, &snap.Epoch, &snap.Parent, &snap.ObjectKey, &snap.Bytes,
-		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt, &reclaimed, &layers, &snap.ManifestKey); err != nil {
+		&snap.SHA256, &snap.Encrypted, &summary, &snap.CreatedAt, &reclaimed, &layers, &snap.ManifestKey, &snap.Checkpoint); err != nil {
 		return snap, err
 	}
 	if err := json.Unmarshal([]byte(layers), &snap.Layers); err != nil {

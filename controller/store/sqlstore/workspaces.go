@@ -44,9 +44,13 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 			return branchTaken(branch)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, string(w.State), w.Reason, w.AllocationID, projectID, git, branch,
-		w.CreatedAt.UTC(), w.UpdatedAt.UTC()); err != nil {
+	var every sql.NullInt64
+	if w.CheckpointEvery != nil {
+		every = sql.NullInt64{Int64: int64(*w.CheckpointEvery), Valid: true}
+	}
+	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at, checkpoint_every)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, string(w.State), w.Reason, w.AllocationID, projectID, git, branch,
+		w.CreatedAt.UTC(), w.UpdatedAt.UTC(), every); err != nil {
 		switch s.d.uniqueConstraint(err) { // a concurrent create got there since the counts
 		case "workspaces_live_name":
 			return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
@@ -67,7 +71,7 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 // workspaceCols are the columns scanWorkspace reads, from workspaces w joined with its current
 // allocation a.
 const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch,
-	w.git, w.reclaimed_at, w.created_at, w.updated_at`
+	w.git, w.reclaimed_at, w.created_at, w.updated_at, w.checkpoint_every, w.checkpoint_at`
 
 // workspaceFrom is the FROM clause every workspaceCols query uses.
 const workspaceFrom = ` FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id `
@@ -79,11 +83,17 @@ func branchTaken(branch string) error {
 func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace
 	var git string
-	var reclaimed sql.NullTime
+	var reclaimed, checked sql.NullTime
+	var every sql.NullInt64
 	if err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch,
-		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt); err != nil {
+		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked); err != nil {
 		return w, err
 	}
+	if every.Valid {
+		d := protocol.Duration(every.Int64)
+		w.CheckpointEvery = &d
+	}
+	w.LastCheckpointAt = timePtr(checked)
 	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
 	w.ReclaimedAt = timePtr(reclaimed)
 	if git != "" {

@@ -31,6 +31,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"TransitionRace", plain(testTransitionRace)},
 		{"StateMachine", plain(testStateMachine)},
 		{"WorkspaceReclaimed", plain(testWorkspaceReclaimed)},
+		{"Checkpoints", plain(testCheckpoints)},
+		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
 		// Events
 		{"RecordEvent", plain(testRecordEvent)},
 		{"EventsAndAllocations", plain(testEventsAndAllocations)},
