@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
@@ -54,16 +55,24 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 		return api.Snapshot{}, err
 	}
 	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: ws.ID, Epoch: ws.Epoch, Encrypted: s.encrypt}
+	var parentSnap api.Snapshot
 	if len(prev) > 0 {
-		snap.Parent = prev[len(prev)-1].ID
+		parentSnap = prev[len(prev)-1]
+		snap.Parent = parentSnap.ID
 	}
 	snap.ObjectKey = snapshotKey(ws.ID, snap.ID, snap.Encrypted)
-	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent}
+	snap.ManifestKey = savedcopy.ManifestKey(ws.ID, snap.ID, snap.Encrypted)
+	parent := s.chooseParent(ctx, prev)
+	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent,
+		Incremental: parent != nil}
 	if snap.Encrypted {
 		args.Recipient = s.identity.Recipient().String()
 	}
 	st, err := c.Open(protocol.OpSnapshotCapture, snap.ID, 0, args)
 	if err != nil {
+		if parent != nil {
+			parent.Close()
+		}
 		return snap, err
 	}
 	defer st.Close()
@@ -80,7 +89,12 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 	}
 	body := hub.NewCapReader(protocol.NewBodyReader(fromRunner), lim.MaxSnapshotBytes,
 		fmt.Sprintf("the capture of workspace %s", ws.ID))
-	check := s.startCaptureCheck(ctx, snap.Encrypted)
+	res, err := s.startResolver(ctx, &snap, parent, parentSnap)
+	if err != nil {
+		return snap, err
+	}
+	defer res.close()
+	check := s.startCaptureCheck(ctx, snap.Encrypted, res)
 	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
 	verified, verr := check.result()
 	if err != nil {
@@ -88,13 +102,18 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 		if verr != nil && protocol.CodeOf(verr) != protocol.CodeFailed {
 			err = verr
 		}
+		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ManifestKey); derr != nil {
+			s.log.Error("remove unreceipted snapshot manifest", "key", snap.ManifestKey, "err", derr)
+		}
 		s.strikeCapture(c, err)
 		return snap, fmt.Errorf("store snapshot: %w", err)
 	}
 	// From here the object exists; every failure removes it again before answering.
 	discard := func(err error) (api.Snapshot, error) {
-		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
-			s.log.Error("remove unreceipted snapshot object", "key", snap.ObjectKey, "err", derr)
+		for _, key := range []string{snap.ObjectKey, snap.ManifestKey} {
+			if derr := s.blobs.Delete(context.WithoutCancel(ctx), key); derr != nil {
+				s.log.Error("remove unreceipted snapshot object", "key", key, "err", derr)
+			}
 		}
 		s.strikeCapture(c, err)
 		return api.Snapshot{}, err
@@ -122,6 +141,7 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace) (api.Snapsho
 		return discard(protocol.Errorf(protocol.CodeStaleEpoch, "the writer epoch moved from %d to %d during the capture", snap.Epoch, now.Epoch))
 	}
 	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
+	snap.Layers = res.layerKeys()
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
 	snap.CreatedAt = s.now()
 	if err := s.store.CreateSnapshot(context.WithoutCancel(ctx), snap); err != nil {
