@@ -136,13 +136,13 @@ type ResolvedReader struct {
 	// Manifest and Tree are the last line's, once Next returned io.EOF.
 	Manifest json.RawMessage
 	Tree     string
-	rc     io.Closer
-	dec    *zstd.Decoder
-	sc     *bufio.Scanner
-	last   string
-	n      int
-	max    int
-	closed bool
+	rc       io.Closer
+	dec      *zstd.Decoder
+	sc       *bufio.Scanner
+	last     string
+	n        int
+	max      int
+	closed   bool
 }
 
 // OpenResolved opens snap's resolved manifest. maxEntries bounds its entries.
