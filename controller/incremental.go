@@ -92,10 +92,7 @@ func (s *Server) startResolver(ctx context.Context, snap *api.Snapshot, parent *
 	}
 	pr, pw := io.Pipe()
 	r.pw = pw
-	w, err := savedcopy.NewResolvedWriter(pw, rcpt, savedcopy.ResolvedHeader{Snapshot: snap.ID, Layers: r.layers})
-	if err == nil {
-		r.w = w
-	}
+	// The store reads first: age writes its header as soon as it starts.
 	started := s.routines.Go("resolved manifest "+snap.ID, func(context.Context) {
 		_, perr := s.blobs.Put(ctx, snap.ManifestKey, pr, "")
 		pr.CloseWithError(perr)
@@ -106,10 +103,12 @@ func (s *Server) startResolver(ctx context.Context, snap *api.Snapshot, parent *
 		r.close()
 		return nil, protocol.Errorf(protocol.CodeUnavailable, "the controller is shutting down")
 	}
+	w, err := savedcopy.NewResolvedWriter(pw, rcpt, savedcopy.ResolvedHeader{Snapshot: snap.ID, Layers: r.layers})
 	if err != nil {
 		r.abort(err)
 		return nil, err
 	}
+	r.w = w
 	return r, nil
 }
 

@@ -179,3 +179,31 @@ func TestIncrementalHostileRefs(t *testing.T) {
 		h.c.mustCLI(t, "snapshot", "verify", snap.ID)
 	})
 }
+
+// Encrypted in S3: the layers and the resolved manifest are age-encrypted like the archive, and
+// the incremental receipt restores and exports.
+func TestIncrementalEncryptedInS3(t *testing.T) {
+	s3 := minioFor(t)
+	c := startController(t, serveOpts{extraArgs: []string{"--blobs", s3.url}})
+	c.createWorkspace(t, "--source", gitRepo(t), "--name", "s3inc")
+	c.mustCLI(t, "exec", "s3inc", "--", "sh", "-c", `for i in $(seq 1 20); do echo "file $i" > f$i.txt; done`)
+	full := snapshotCreate(t, c, "s3inc")
+	c.mustCLI(t, "exec", "s3inc", "--", "sh", "-c", `echo changed > f3.txt`)
+	inc := snapshotCreate(t, c, "s3inc")
+	if len(inc.Layers) != 1 || inc.Layers[0] != full.ObjectKey || !strings.HasSuffix(inc.ManifestKey, ".age") {
+		t.Fatalf("not an encrypted increment over the full receipt: %+v", inc)
+	}
+	if raw := s3.object(t, inc.ManifestKey); !strings.HasPrefix(string(raw), "age-encryption.org/v1") {
+		t.Fatal("the resolved manifest is stored in the clear")
+	}
+	c.mustCLI(t, "snapshot", "verify", inc.ID)
+	c.mustCLI(t, "snapshot", "restore", inc.ID, "--name", "back")
+	if r := c.cli(t, nil, "exec", "back", "--", "sh", "-c", "cat f3.txt f4.txt && git log --format=%s -1"); r.Code != 0 || r.Stdout != "changed\nfile 4\nunpushed\n" {
+		t.Fatalf("restored from S3: %+v", r)
+	}
+	out := filepath.Join(t.TempDir(), "inc.tar.zst")
+	c.mustCLI(t, "snapshot", "export", inc.ID, "-o", out)
+	if names := listArchive(t, out); names[len(names)-1] != ".tether-manifest.json" {
+		t.Fatal("export of an encrypted incremental snapshot is not the plain archive")
+	}
+}
