@@ -145,7 +145,7 @@ func (s *snapBench) reopenCycles(ctx context.Context, full api.Snapshot) {
 	if len(full2) > 0 {
 		note += "; full captures among them: " + strings.Join(full2, ", ")
 	}
-	s.rep.add(result{Metric: metric, Unit: "ratio", Tether: val(r),
-		TetherTool: fmt.Sprintf("sum of receipt bytes from the full one on (%d receipts): %d", len(snaps), stored),
+	s.rep.add(result{Metric: metric, Unit: unitBytes, Tether: val(float64(stored)),
+		TetherTool: fmt.Sprintf("sum of the receipts' bytes from the full one on (%d receipts)", len(snaps)),
 		Reference:  val(float64(full.Bytes)), ReferenceTool: "one full receipt's bytes", Note: note})
 }
