@@ -41,18 +41,32 @@ type checked struct {
 // errStoreEnded ends the check when the store stopped reading before the body's end.
 var errStoreEnded = errors.New("the blob store stopped reading the capture")
 
-func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool) *captureCheck {
+func (s *Server) startCaptureCheck(ctx context.Context, encrypted bool, res *resolver) *captureCheck {
 	pr, pw := io.Pipe()
 	c := &captureCheck{pw: pw, done: make(chan checked, 1)}
 	// The check ends on its own: with the archive's end, or when result closes its input.
 	started := s.routines.Go("capture check", func(context.Context) {
-		v, err := s.verifyArchive(ctx, pr, encrypted)
+		var opts snapshot.VerifyOptions
+		if res != nil {
+			opts.AllowRefs, opts.OnManifestEntry = res.parent != nil, res.entry
+		}
+		v, err := s.verifyArchive(ctx, pr, encrypted, opts)
 		if err == nil {
 			// Whatever follows a complete archive would be stored with it.
 			if n, derr := io.Copy(io.Discard, pr); derr != nil {
 				err = derr
 			} else if n > 0 {
 				err = protocol.Errorf(protocol.CodeCorrupt, "%d bytes follow the end of the archive", n)
+			}
+		}
+		if res != nil {
+			// The resolved manifest is stored whole only for an archive that verified.
+			if err == nil {
+				if ferr := res.finish(v); ferr != nil {
+					err = ferr
+				}
+			} else {
+				res.abort(err)
 			}
 		}
 		if err != nil {
@@ -114,7 +128,7 @@ func (t *teeToCheck) Read(p []byte) (int, error) {
 // verifyArchive checks a stored or arriving snapshot object: decrypted when encrypted (an
 // object that should be encrypted and is not fails here), then verified entry by entry against
 // its manifest, with memory independent of the number of entries.
-func (s *Server) verifyArchive(ctx context.Context, r io.Reader, encrypted bool) (*snapshot.Verified, error) {
+func (s *Server) verifyArchive(ctx context.Context, r io.Reader, encrypted bool, opts snapshot.VerifyOptions) (*snapshot.Verified, error) {
 	plain := r
 	if encrypted {
 		d, err := age.Decrypt(r, s.identity)
@@ -124,9 +138,8 @@ func (s *Server) verifyArchive(ctx context.Context, r io.Reader, encrypted bool)
 		plain = d
 	}
 	lim := s.cfg.Runners
-	v, err := snapshot.Verify(ctx, plain, snapshot.VerifyOptions{
-		MaxEntries: lim.MaxManifestEntries, MaxManifestBytes: lim.MaxManifestBytes, MaxBytes: lim.MaxSnapshotBytes,
-	})
+	opts.MaxEntries, opts.MaxManifestBytes, opts.MaxBytes = lim.MaxManifestEntries, lim.MaxManifestBytes, lim.MaxSnapshotBytes
+	v, err := snapshot.Verify(ctx, plain, opts)
 	if err != nil {
 		return nil, protocol.AsError(err)
 	}

@@ -80,7 +80,13 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 // treeChanged walks the live tree as a capture would and compares its digest with last's.
 func (s *Server) treeChanged(ctx context.Context, ws api.Workspace, c *hub.Conn, last *api.Snapshot) (bool, error) {
 	var digest protocol.SnapshotSummary
-	if err := c.Call(ctx, protocol.OpTreeDigest, 0, protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}, &digest); err != nil {
+	args := protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}
+	if last != nil {
+		// The runner's capture cache spares reading what it proves unchanged since the last
+		// receipt; the tree digest is the same with refs (snapshot.TreeDigest).
+		args.Parent, args.Incremental = last.ID, true
+	}
+	if err := c.Call(ctx, protocol.OpTreeDigest, 0, args, &digest); err != nil {
 		return false, err
 	}
 	return last == nil || last.Summary.Tree == "" || last.Summary.Tree != digest.Tree, nil

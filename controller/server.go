@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Membership, cfg.Clock, cfg.Logger)
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
-	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity, Pin: s.pinReceipt}
+	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity, Pin: s.pinReceipt, Go: s.routines.Go}
 	s.savedIndexes = savedcopy.NewIndexes(filepath.Join(cfg.DataDir, "cache", "saved-index"), s.archives, cfg.Logger, routines.Go)
 	// Housekeeping happens before anyone can connect, so no request sees the state a previous
 	// process left: the runners this controller held died with it, and reconnect on their own.

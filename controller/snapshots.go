@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
@@ -54,20 +55,34 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 		return api.Snapshot{}, err
 	}
 	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: ws.ID, Epoch: ws.Epoch, Encrypted: s.encrypt}
+	var parentSnap api.Snapshot
 	if len(prev) > 0 {
-		snap.Parent = prev[len(prev)-1].ID
+		parentSnap = prev[len(prev)-1]
+		snap.Parent = parentSnap.ID
 	}
 	snap.ObjectKey = snapshotKey(ws.ID, snap.ID, snap.Encrypted)
-	// Pinned before the object exists and until its receipt is written (or the object is
-	// discarded): gc deletes no object a capture is writing, whatever its grace.
-	unpin := s.uploads.pin(snap.ObjectKey)
+	snap.ManifestKey = savedcopy.ManifestKey(ws.ID, snap.ID, snap.Encrypted)
+	// Pinned before the objects exist and until their receipt is written (or they are
+	// discarded): gc deletes no object a capture is writing, whatever its grace. The layers
+	// an incremental capture reuses are pinned too: between its check of them and its
+	// receipt, a prune may remove the receipts that named them.
+	parent := s.chooseParent(ctx, prev)
+	pins := []string{snap.ObjectKey, snap.ManifestKey}
+	if parent != nil {
+		pins = append(pins, receiptKeys(parentSnap)...)
+	}
+	unpin := s.uploads.pin(pins...)
 	defer unpin()
-	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent}
+	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent,
+		Incremental: parent != nil}
 	if snap.Encrypted {
 		args.Recipient = s.identity.Recipient().String()
 	}
 	st, err := c.Open(protocol.OpSnapshotCapture, snap.ID, 0, args)
 	if err != nil {
+		if parent != nil {
+			parent.Close()
+		}
 		return snap, err
 	}
 	defer st.Close()
@@ -84,7 +99,12 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	}
 	body := hub.NewCapReader(protocol.NewBodyReader(fromRunner), lim.MaxSnapshotBytes,
 		fmt.Sprintf("the capture of workspace %s", ws.ID))
-	check := s.startCaptureCheck(ctx, snap.Encrypted)
+	res, err := s.startResolver(ctx, &snap, parent, parentSnap)
+	if err != nil {
+		return snap, err
+	}
+	defer res.close()
+	check := s.startCaptureCheck(ctx, snap.Encrypted, res)
 	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
 	verified, verr := check.result()
 	if err != nil {
@@ -92,13 +112,18 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 		if verr != nil && protocol.CodeOf(verr) != protocol.CodeFailed {
 			err = verr
 		}
+		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ManifestKey); derr != nil {
+			s.log.Error("remove unreceipted snapshot manifest", "key", snap.ManifestKey, "err", derr)
+		}
 		s.strikeCapture(c, err)
 		return snap, fmt.Errorf("store snapshot: %w", err)
 	}
 	// From here the object exists; every failure removes it again before answering.
 	discard := func(err error) (api.Snapshot, error) {
-		if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
-			s.log.Error("remove unreceipted snapshot object", "key", snap.ObjectKey, "err", derr)
+		for _, key := range []string{snap.ObjectKey, snap.ManifestKey} {
+			if derr := s.blobs.Delete(context.WithoutCancel(ctx), key); derr != nil {
+				s.log.Error("remove unreceipted snapshot object", "key", key, "err", derr)
+			}
 		}
 		s.strikeCapture(c, err)
 		return api.Snapshot{}, err
@@ -129,14 +154,17 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 		if same := unchangedSince(prev, snap.Summary.Tree); same != nil {
 			// Nothing changed since the newest receipt: its object goes, and no receipt is
 			// written (a verified tree equal to a receipt's is no evidence against the runner).
-			if derr := s.blobs.Delete(context.WithoutCancel(ctx), snap.ObjectKey); derr != nil {
-				s.log.Error("remove the object of an unchanged checkpoint", "key", snap.ObjectKey, "err", derr)
+			for _, key := range []string{snap.ObjectKey, snap.ManifestKey} {
+				if derr := s.blobs.Delete(context.WithoutCancel(ctx), key); derr != nil {
+					s.log.Error("remove the objects of an unchanged checkpoint", "key", key, "err", derr)
+				}
 			}
 			return *same, errTreeUnchanged
 		}
 		snap.Checkpoint = true
 	}
 	snap.Bytes, snap.SHA256 = info.Size, info.SHA256
+	snap.Layers = res.layerKeys()
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
 	snap.CreatedAt = s.now()
 	if err := s.store.CreateSnapshot(context.WithoutCancel(ctx), snap); err != nil {

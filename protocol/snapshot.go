@@ -26,6 +26,10 @@ type SnapshotCaptureArgs struct {
 	// Recipient, when set, is an age X25519 public key: the archive is encrypted to it before it
 	// leaves the sandbox.
 	Recipient string `json:"recipient,omitempty"`
+	// Incremental asks for refs (bytes in an earlier receipt) to files the runner's capture
+	// cache proves unchanged since the capture or restore of Parent; without a usable cache
+	// the capture is full.
+	Incremental bool `json:"incremental,omitempty"`
 }
 
 // SnapshotSummary is what the controller keeps of a manifest beside the receipt; the full

@@ -65,5 +65,12 @@ func (r *Runner) isolate(agentSocket string) error {
 	// Past this point the runner may no longer be able to walk to its root by name (a provider's
 	// private directories are root's): it reaches it through this descriptor, kept for its life.
 	r.root = fmt.Sprintf("/proc/self/fd/%d", fd)
+	// The capture cache is written with the same file ids; the agent never sees the directory
+	// (it lies outside every view a confined command gets).
+	if r.cfg.StateDir != "" {
+		if err := os.Chown(r.cfg.StateDir, uid, gid); err != nil {
+			return fmt.Errorf("isolate: hand the state directory to the runner's file ids: %w", err)
+		}
+	}
 	return confine.ActAsAgentOnFiles(uid, gid)
 }

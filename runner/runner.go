@@ -41,6 +41,10 @@ type Config struct {
 	// time (sandbox/service.WithClock). Deadlines on connections and streams are not on it (see
 	// reportOn), nor are the bounds on how long the kernel takes to remove a killed group.
 	Clock clockwork.Clock
+	// StateDir is the runner's private state directory (never in the workspace, out of the
+	// agent's reach): it holds the capture cache that makes incremental captures cheap. Empty
+	// means no cache: every capture is full.
+	StateDir string
 }
 
 // Runner is one runner agent.

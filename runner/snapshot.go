@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"time"
 
 	"filippo.io/age"
 	"github.com/hashicorp/yamux"
@@ -34,19 +35,27 @@ func (r *Runner) snapshotCapture(ctx context.Context, st *yamux.Stream, args pro
 	defer stopWatch()
 
 	body := protocol.NewBodyWriter(st)
-	summary, err := r.capture(ctx, body, recipient, args)
+	record := r.newCache(args.WorkspaceID, args.SnapshotID, time.Now())
+	summary, err := r.capture(ctx, body, recipient, args, record)
 	if err != nil {
+		record.abort()
 		_ = body.Abort(err)
 		return
 	}
 	if _, err := body.Finish(); err != nil {
+		record.abort()
 		return
 	}
+	// Sent whole: the next capture may take refs relative to this one (if it gets a receipt;
+	// otherwise its parent is another snapshot and the cache goes unused).
+	record.commit(r.cfg.Logger)
 	writeTrailer(st, summary, nil)
 }
 
-func (r *Runner) capture(ctx context.Context, body io.Writer, recipient age.Recipient, args protocol.SnapshotCaptureArgs) (protocol.SnapshotSummary, error) {
+func (r *Runner) capture(ctx context.Context, body io.Writer, recipient age.Recipient, args protocol.SnapshotCaptureArgs, record *cacheRecord) (protocol.SnapshotSummary, error) {
 	var out protocol.SnapshotSummary
+	refs := r.refsFor(args)
+	defer refs.Close()
 	err := r.withRoot(func(root *fsguard.Root) error {
 		w := body
 		var enc io.WriteCloser
@@ -59,7 +68,7 @@ func (r *Runner) capture(ctx context.Context, body io.Writer, recipient age.Reci
 		}
 		m, err := snapshot.Capture(ctx, root, w, snapshot.CaptureOptions{
 			WorkspaceID: args.WorkspaceID, Epoch: args.Epoch, Parent: args.Parent,
-			ToolVersion: r.cfg.Version, ZstdLevel: args.ZstdLevel,
+			ToolVersion: r.cfg.Version, ZstdLevel: args.ZstdLevel, Refs: refs, Record: record.writer(),
 		})
 		if err != nil {
 			return err
@@ -83,13 +92,12 @@ func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
 		return protocol.SnapshotSummary{}, err
 	}
 	sum := sha256.Sum256(raw)
-	entries, err := json.Marshal(m.Entries)
+	tree, err := snapshot.TreeDigest(m.Entries)
 	if err != nil {
 		return protocol.SnapshotSummary{}, err
 	}
-	tree := sha256.Sum256(entries)
 	s := protocol.SnapshotSummary{
-		Tree:    hex.EncodeToString(tree[:]),
+		Tree:    tree,
 		Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs, Symlinks: m.Totals.Symlinks,
 		Bytes: m.Totals.Bytes, Skipped: len(m.Skipped), Parent: m.Parent, Tool: m.ToolVersion,
 		Manifest: hex.EncodeToString(sum[:]),
@@ -111,11 +119,16 @@ func (r *Runner) snapshotRestore(ctx context.Context, st *yamux.Stream, args pro
 		if dir == "" {
 			dir = "."
 		}
+		var published time.Time
 		m, err := snapshot.Restore(ctx, root, protocol.NewBodyReader(st), snapshot.RestoreOptions{
 			Dir: dir, MaxEntries: args.MaxEntries, MaxBytes: args.MaxBytes, MaxApparentBytes: args.MaxApparentBytes,
+			PublishedAt: &published,
 		})
 		if err != nil {
 			return err
+		}
+		if dir == "." {
+			r.recordRestore(root, args.SnapshotID, m, published)
 		}
 		out, err = summarize(m)
 		return err
@@ -131,7 +144,7 @@ func (r *Runner) treeDigest(ctx context.Context, _ *yamux.Stream, args protocol.
 	var err error
 	for range digestAttempts {
 		var sum protocol.SnapshotSummary
-		if sum, err = r.capture(ctx, io.Discard, nil, args); protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
+		if sum, err = r.capture(ctx, io.Discard, nil, args, nil); protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
 			return sum, err
 		}
 	}

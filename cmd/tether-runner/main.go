@@ -54,7 +54,17 @@ func main() {
 		log.Error("cannot start", "err", err)
 		os.Exit(2)
 	}
+	// Private state (the capture cache) lives outside the workspace, in a directory of the
+	// runner's own that no confined command sees; losing it only makes the next capture full.
+	stateDir, err := os.MkdirTemp("", "tether-runner-state-")
+	if err != nil {
+		log.Warn("no state directory: every capture is full", "err", err)
+		stateDir = ""
+	} else {
+		defer os.RemoveAll(stateDir)
+	}
 	r, err := runner.New(runner.Config{
+		StateDir:      stateDir,
 		Confine:       policy,
 		ControllerURL: os.Getenv(protocol.EnvControllerURL),
 		Token:         token,

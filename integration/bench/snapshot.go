@@ -54,6 +54,10 @@ type snapBench struct {
 	tmp   string
 	zstd  string // why the zstd references are n/a, or ""
 	bytes int64  // content bytes of the tree, as the manifest counts them
+	// full is the first capture (no parent: full), fullSecs its time; later rounds are
+	// incremental.
+	full     api.Snapshot
+	fullSecs float64
 }
 
 // snapshots captures a generated ~1 GiB source-like tree with CreateSnapshot and restores it
@@ -109,6 +113,7 @@ func (b *bench) snapshots(ctx context.Context) error {
 	snap, ok := s.capture(ctx)
 	if ok {
 		s.restore(ctx, snap)
+		s.incremental(ctx, s.full, s.fullSecs)
 	}
 	return ctx.Err()
 }
@@ -205,6 +210,9 @@ func (s *snapBench) capture(ctx context.Context) (api.Snapshot, bool) {
 		}
 		progress("snapshot: captured %s in %s: %d entries, archive %.1f MiB", snap.ID, took.Round(time.Millisecond), snap.Entries, mib(snap.Bytes))
 		last = snap
+		if len(secs) == 0 {
+			s.full, s.fullSecs = snap, took.Seconds()
+		}
 		secs = append(secs, took.Seconds())
 		return took, snap.Summary.Bytes, nil
 	})

@@ -319,6 +319,26 @@ func (h *hostile) capture(st *yamux.Stream, args protocol.SnapshotCaptureArgs) {
 		archive = buildArchive(big, manifestFor(args, big))
 	case "lying-summary":
 		archive = buildArchive(files, m)
+	case "ref-honest", "ref-unknown", "ref-in-full", "ref-with-entry":
+		// Once there is a parent (or always, for ref-in-full), a.txt is sent as a ref: to its
+		// real content (honest), to content the workspace never had (unknown), or with its
+		// bytes in the archive as well (with-entry).
+		if !args.Incremental && h.mode != "ref-in-full" {
+			archive = buildArchive(files, m)
+			break
+		}
+		sent := map[string][]byte{"z.txt": files["z.txt"]}
+		if h.mode == "ref-unknown" {
+			secret := []byte("secret\n")
+			sum := sha256.Sum256(secret)
+			m.Entries[0].SHA256, m.Entries[0].Size = hex.EncodeToString(sum[:]), int64(len(secret))
+			m.Totals.Bytes += int64(len(secret)) - int64(len(files["a.txt"]))
+		}
+		if h.mode == "ref-with-entry" {
+			sent = files
+		}
+		m.Entries[0].Ref = true
+		archive = buildArchive(sent, m)
 	default:
 		archive = buildArchive(files, m)
 	}
@@ -372,11 +392,11 @@ func buildArchive(files map[string][]byte, m *snapshot.Manifest) []byte {
 
 func summaryOf(m *snapshot.Manifest) protocol.SnapshotSummary {
 	raw, _ := json.Marshal(m)
-	entries, _ := json.Marshal(m.Entries)
-	ms, ts := sha256.Sum256(raw), sha256.Sum256(entries)
+	ms := sha256.Sum256(raw)
+	tree, _ := snapshot.TreeDigest(m.Entries)
 	return protocol.SnapshotSummary{Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs,
 		Symlinks: m.Totals.Symlinks, Bytes: m.Totals.Bytes, Parent: m.Parent, Tool: m.ToolVersion,
-		Manifest: hex.EncodeToString(ms[:]), Tree: hex.EncodeToString(ts[:])}
+		Manifest: hex.EncodeToString(ms[:]), Tree: tree}
 }
 
 func sortedNames(files map[string][]byte) []string {

@@ -40,6 +40,13 @@ type CaptureOptions struct {
 	// about 20 MiB more memory per unit of Concurrency, which the runner's
 	// 64 MiB budget does not allow by default.
 	ConcurrentBlocks bool
+	// Refs, when set, is the cache of the capture (or restore) of Parent: files it proves
+	// unchanged are listed as refs and not archived (cache.go). The caller checks that it
+	// belongs to Parent.
+	Refs *Cache
+	// Record, when set, receives every file of a successful capture, for the next one's
+	// Refs; Start is when this capture began (the cache's start).
+	Record *CacheWriter
 }
 
 // maxConcurrency caps the default encoder concurrency.
@@ -87,7 +94,7 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 		Entries:     []Entry{},
 		Skipped:     []Skipped{},
 	}
-	c := &capturer{ctx: ctx, m: m, buf: make([]byte, copyBufSize)}
+	c := &capturer{ctx: ctx, m: m, buf: make([]byte, copyBufSize), refs: opts.Refs}
 	if err := c.planGit(root); err != nil {
 		return nil, err
 	}
@@ -110,6 +117,9 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("write archive: %w", err)
 	}
+	if opts.Record != nil {
+		c.record(opts.Record)
+	}
 	return m, nil
 }
 
@@ -122,6 +132,17 @@ type capturer struct {
 	buf []byte
 	// fence re-checks every archived entry once the walk is done (fence.go).
 	fence fence
+	// refs is the parent's capture cache, nil for a full capture.
+	refs *Cache
+}
+
+// record writes the stamps of the capture's files, as the fence last saw them, into cw.
+func (c *capturer) record(cw *CacheWriter) {
+	for _, mk := range c.fence.marks {
+		if mk.entry != rootMark && c.m.Entries[mk.entry].Type == TypeFile {
+			cw.add(&c.m.Entries[mk.entry], mk.stamp)
+		}
+	}
 }
 
 func (c *capturer) run(root *fsguard.Root) error {
@@ -229,6 +250,16 @@ func (c *capturer) dir(d *fsguard.Root, name, p string, listed *unix.Stat_t, inG
 }
 
 func (c *capturer) file(d *fsguard.Root, name, p string, listed *unix.Stat_t) error {
+	if c.refs != nil {
+		st := stableread.FromStat(listed)
+		if l := c.refs.unchanged(p, st); l != nil {
+			// The listing's stamp proves the bytes; the fence looks at the file again at the end.
+			c.m.Entries = append(c.m.Entries, Entry{Path: p, Type: TypeFile, Mode: st.Mode & 0o7777, Size: st.Size,
+				SHA256: l.SHA256, MTime: time.Unix(st.Mtime.Unix()).UTC(), Sparse: l.Sparse, Ref: true})
+			c.fence.add(len(c.m.Entries)-1, st, false)
+			return nil
+		}
+	}
 	f, err := d.Open(name)
 	if err != nil {
 		return c.vanished(p, err)

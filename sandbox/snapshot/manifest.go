@@ -40,6 +40,10 @@ type Entry struct {
 	// Sparse says the file was archived in the GNU sparse format; its SHA256 is then not
 	// the SHA-256 of its bytes but ContentHash's digest, which skips zero blocks (sparse.go).
 	Sparse bool `json:"sparse,omitempty"`
+	// Ref says the file's bytes are not in this archive but in an earlier receipt's (an
+	// incremental capture, cache.go): SHA256, Size and Sparse name them. The tree digest
+	// leaves it out (TreeDigest), so a tree digests the same whichever capture holds it.
+	Ref bool `json:"ref,omitempty"`
 }
 
 // Skipped is a path Capture left out, and why.

@@ -31,6 +31,9 @@ type RestoreOptions struct {
 	// total, both are checked before anything is written; otherwise each file is, before it
 	// is written.
 	MaxApparentBytes int64
+	// PublishedAt, when set, receives the time just before the verified tree is published:
+	// the runner's capture cache dates its knowledge of the files from then.
+	PublishedAt *time.Time
 }
 
 // Restore reads a snapshot stream (zstd, or plain tar) to its end,
@@ -77,6 +80,9 @@ func Restore(ctx context.Context, root *fsguard.Root, r io.Reader, opts RestoreO
 	m, err := newScanner(ctx, opts.MaxEntries, opts.MaxBytes).run(r, &stageSink{ctx: ctx, st: t.stage, room: room})
 	if err != nil {
 		return nil, err
+	}
+	if opts.PublishedAt != nil {
+		*opts.PublishedAt = time.Now()
 	}
 	if err := t.publish(ctx); err != nil {
 		return nil, err

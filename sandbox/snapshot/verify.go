@@ -34,6 +34,13 @@ type VerifyOptions struct {
 	MaxBytes         int64 // sum of file content sizes
 	// OnEntry, when set, sees each verified archive entry in archive order (its SHA256 set for files), before the manifest is read; an error from it stops Verify with that error.
 	OnEntry func(Entry) error
+	// AllowRefs accepts ref entries in the manifest (an incremental capture): the archive then
+	// holds exactly the manifest's other entries, and the limits, the order and the totals
+	// apply to the whole tree. Without it a ref is corrupt.
+	AllowRefs bool
+	// OnManifestEntry, when set, sees each entry of the manifest in order, refs included, as it
+	// is decoded (its MTime as archived); an error from it stops Verify with that error.
+	OnManifestEntry func(Entry) error
 }
 
 // Verified is what Verify proved about an archive: every field was computed from the bytes, not copied from a claim.

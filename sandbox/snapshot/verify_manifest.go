@@ -34,7 +34,8 @@ func (v *verifier) manifest(h *tar.Header, tr io.Reader) (*Verified, error) {
 	budget := &valueBudget{r: counted}
 	md := &manifestDecoder{
 		dec: json.NewDecoder(budget), budget: budget, archived: v.entries.n,
-		out: &Verified{ManifestSize: h.Size}, entries: newEntryDigest(),
+		out: &Verified{ManifestSize: h.Size}, entries: newEntryDigest(), opts: &v.opts,
+		order: treeOrder{levels: []treeLevel{{dir: "."}}},
 	}
 	err := md.decode()
 	if err == nil {
@@ -60,10 +61,12 @@ func (v *verifier) manifest(h *tar.Header, tr io.Reader) (*Verified, error) {
 	if md.entries.sum() != v.entries.sum() {
 		return nil, corrupt(ManifestName, "manifest entries differ from the archive's", nil)
 	}
-	if md.totals != v.totals {
-		return nil, corrupt(ManifestName, fmt.Sprintf("manifest totals %+v differ from the archive's %+v", md.totals, v.totals), nil)
+	// The archive's entries are the manifest's other than refs (their digests matched), so the
+	// tree's totals are the manifest's entries'.
+	if md.totals != md.all {
+		return nil, corrupt(ManifestName, fmt.Sprintf("manifest totals %+v differ from the archive's %+v", md.totals, md.all), nil)
 	}
-	out.Totals = v.totals
+	out.Totals = md.all
 	out.ManifestSHA256 = hex.EncodeToString(sum.Sum(nil))
 	out.TreeSHA256 = md.treeSum()
 	return out, nil
@@ -82,6 +85,10 @@ type manifestDecoder struct {
 	// array: json.Marshal of a nil slice is null).
 	entries *entryDigest
 	tree    *entryDigest
+	// opts are Verify's; all counts every entry (refs included), order checks the refs' place.
+	opts  *VerifyOptions
+	all   Totals
+	order treeOrder
 }
 
 // token and value read one token or value within the budget, which bounds the decoder's
@@ -225,11 +232,19 @@ func (m *manifestDecoder) entryList() error {
 		if err := m.value(&e); err != nil {
 			return err
 		}
+		if err := m.place(&e); err != nil {
+			return err
+		}
+		ref := e.Ref
+		e.Ref = false
 		js, err := json.Marshal(&e)
 		if err != nil {
 			return fmt.Errorf("encode entry %s: %w", e.Path, err)
 		}
 		m.tree.write(js)
+		if ref {
+			return nil
+		}
 		if e.MTime.Location() != time.UTC {
 			e.MTime = e.MTime.UTC()
 			if js, err = json.Marshal(&e); err != nil {
@@ -242,6 +257,47 @@ func (m *manifestDecoder) entryList() error {
 		}
 		return nil
 	})
+}
+
+// place checks an entry of the manifest as part of the whole tree: with refs allowed, its
+// name, its place in tree order and the limits (the archive's checks saw only the others);
+// a ref's claim must be well formed. It then counts it and hands it to OnManifestEntry.
+func (m *manifestDecoder) place(e *Entry) error {
+	if e.Ref && !m.opts.AllowRefs {
+		return corrupt(e.Path, "a ref entry (bytes in an earlier receipt) in a capture that is not incremental", nil)
+	}
+	if m.opts.AllowRefs {
+		var typ byte = tar.TypeReg
+		switch e.Type {
+		case TypeDir:
+			typ = tar.TypeDir
+		case TypeSymlink:
+			typ = tar.TypeSymlink
+		}
+		name := e.Path
+		if typ == tar.TypeDir {
+			name += "/"
+		}
+		if _, err := entryName(&tar.Header{Name: name, Typeflag: typ}); err != nil {
+			return err
+		}
+		if err := m.order.add(e.Path, e.Type); err != nil {
+			return err
+		}
+		if err := checkLimits(e.Path, m.all.Entries+1, m.all.Bytes+max(e.Size, 0), m.opts.MaxEntries, m.opts.MaxBytes); err != nil {
+			return err
+		}
+	}
+	if e.Ref {
+		if _, err := hex.DecodeString(e.SHA256); err != nil || len(e.SHA256) != 64 || e.Type != TypeFile || e.Size < 0 || e.Mode&^0o7777 != 0 {
+			return corrupt(e.Path, "a ref entry that is not a regular file with a size, a mode and a SHA-256", nil)
+		}
+	}
+	m.all.add(e)
+	if m.opts.OnManifestEntry != nil {
+		return m.opts.OnManifestEntry(*e)
+	}
+	return nil
 }
 
 // git keeps the git state as archived, once it decodes as one.
