@@ -75,6 +75,9 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	defer unpin()
 	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent,
 		Incremental: parent != nil}
+	if parent != nil {
+		args.ParentTree = parentSnap.Summary.Tree
+	}
 	if snap.Encrypted {
 		args.Recipient = s.identity.Recipient().String()
 	}

@@ -30,6 +30,10 @@ type SnapshotCaptureArgs struct {
 	// cache proves unchanged since the capture or restore of Parent; without a usable cache
 	// the capture is full.
 	Incremental bool `json:"incremental,omitempty"`
+	// ParentTree is Parent's tree digest: a cache of another capture whose tree had this very
+	// digest lists the same paths with the same contents, so its refs match Parent's too (a
+	// checkpoint that found nothing changed is dropped and never becomes a parent).
+	ParentTree string `json:"parent_tree,omitempty"`
 }
 
 // SnapshotSummary is what the controller keeps of a manifest beside the receipt; the full

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/protocol"
@@ -14,6 +15,27 @@ import (
 
 // cacheRecord is a cache being written during a capture; nil when the runner keeps none.
 type cacheRecord struct{ w *snapshot.CacheWriter }
+
+// cacheTrees remembers the tree digest of the snapshot the cache belongs to, for this runner
+// process's life: a capture whose parent has the same tree may use it (ParentTree).
+type cacheTrees struct {
+	mu   sync.Mutex
+	snap string
+	tree string
+}
+
+func (t *cacheTrees) set(snap, tree string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.snap, t.tree = snap, tree
+}
+
+// matches reports whether the cache of snapshot snap is known to hold tree.
+func (t *cacheTrees) matches(snap, tree string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tree != "" && t.snap == snap && t.tree == tree
+}
 
 func (r *Runner) newCache(wsID, snapID string, start time.Time) *cacheRecord {
 	if r.cfg.StateDir == "" {
@@ -40,13 +62,17 @@ func (c *cacheRecord) abort() {
 	}
 }
 
-func (c *cacheRecord) commit(log *slog.Logger) {
+// commit publishes the cache of snapshot snap, whose tree digest is tree.
+func (c *cacheRecord) commit(log *slog.Logger, trees *cacheTrees, snap, tree string) {
 	if c == nil {
 		return
 	}
+	trees.set("", "")
 	if err := c.w.Commit(); err != nil {
 		log.Warn("capture cache not written", "err", err)
+		return
 	}
+	trees.set(snap, tree)
 }
 
 // refsFor opens the cache when the capture asked for refs and the cache belongs to its parent.
@@ -62,7 +88,8 @@ func (r *Runner) refsFor(args protocol.SnapshotCaptureArgs) *snapshot.Cache {
 	if c == nil {
 		return nil
 	}
-	if c.SnapshotID != args.Parent || c.WorkspaceID != args.WorkspaceID {
+	sameTree := r.cacheTrees.matches(c.SnapshotID, args.ParentTree)
+	if (c.SnapshotID != args.Parent && !sameTree) || c.WorkspaceID != args.WorkspaceID {
 		c.Close()
 		return nil
 	}
@@ -80,5 +107,9 @@ func (r *Runner) recordRestore(root *fsguard.Root, snapID string, m *snapshot.Ma
 		r.cfg.Logger.Warn("capture cache not written after restore", "err", err)
 		return
 	}
-	rec.commit(r.cfg.Logger)
+	tree, err := snapshot.TreeDigest(m.Entries)
+	if err != nil {
+		tree = ""
+	}
+	rec.commit(r.cfg.Logger, &r.cacheTrees, snapID, tree)
 }

@@ -49,9 +49,10 @@ type Config struct {
 
 // Runner is one runner agent.
 type Runner struct {
-	cfg      Config
-	runs     *runTable
-	services *service.Manager
+	cfg        Config
+	cacheTrees cacheTrees
+	runs       *runTable
+	services   *service.Manager
 	// policy confines every command; Run completes it (agent socket, runner binary) before
 	// serving.
 	policy confine.Policy

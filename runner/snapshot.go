@@ -48,7 +48,7 @@ func (r *Runner) snapshotCapture(ctx context.Context, st *yamux.Stream, args pro
 	}
 	// Sent whole: the next capture may take refs relative to this one (if it gets a receipt;
 	// otherwise its parent is another snapshot and the cache goes unused).
-	record.commit(r.cfg.Logger)
+	record.commit(r.cfg.Logger, &r.cacheTrees, args.SnapshotID, summary.Tree)
 	writeTrailer(st, summary, nil)
 }
 
