@@ -26,6 +26,8 @@ type captureOpts struct {
 	// checkpoint marks the receipt as the controller's own, and keeps none when the tree is the
 	// newest receipt's (the capture then answers errTreeUnchanged with that receipt).
 	checkpoint bool
+	// full refers to no earlier receipt: every file is read and stored again.
+	full bool
 }
 
 // captureWorkspaceAs is captureWorkspace with opts; the workspace is busy (busySet) meanwhile.

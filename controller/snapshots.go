@@ -24,7 +24,16 @@ func snapshotKey(workspaceID, snapshotID string, encrypted bool) string {
 }
 
 func (s *Server) handleSnapshotCreate(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.CaptureSnapshot(r.Context(), r.PathValue("id"))
+	var opts api.CaptureOptions
+	switch full := r.URL.Query().Get("full"); full {
+	case "", "false":
+	case "true":
+		opts.Full = true
+	default:
+		writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "full=%q: want true or false", full))
+		return
+	}
+	snap, err := s.CaptureSnapshot(r.Context(), r.PathValue("id"), opts)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -35,12 +44,12 @@ func (s *Server) handleSnapshotCreate(w http.ResponseWriter, r *http.Request) {
 // CaptureSnapshot streams the workspace from its runner straight into the blob store and writes
 // the receipt only once the object is stored whole: the body's byte count and SHA-256 matched
 // what the runner sent, the store confirmed the size, and the runner reported success.
-func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string) (api.Snapshot, error) {
+func (s *Server) CaptureSnapshot(ctx context.Context, idOrName string, opts api.CaptureOptions) (api.Snapshot, error) {
 	ws, err := s.liveConn(ctx, idOrName)
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return s.captureWorkspace(ctx, ws)
+	return s.captureWorkspaceAs(ctx, ws, captureOpts{full: opts.Full})
 }
 
 // captureOnce is one capture attempt of ws from its connected runner (ready, or closing); see
@@ -66,7 +75,10 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	// discarded): gc deletes no object a capture is writing, whatever its grace. The layers
 	// an incremental capture reuses are pinned too: between its check of them and its
 	// receipt, a prune may remove the receipts that named them.
-	parent := s.chooseParent(ctx, prev)
+	var parent *savedcopy.ResolvedReader
+	if !opts.full {
+		parent = s.chooseParent(ctx, prev)
+	}
 	pins := []string{snap.ObjectKey, snap.ManifestKey}
 	if parent != nil {
 		pins = append(pins, receiptKeys(parentSnap)...)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +139,34 @@ func TestIncrementalStoresLittleAndOutlivesItsParent(t *testing.T) {
 	}
 	t.Logf("a 1%% change stored %d bytes, %.4f of the full capture's %d", inc.Bytes, ratio, full.Bytes)
 	want := c.mustCLI(t, "exec", "big", "--", "sh", "-c", "sha256sum f*.bin | sort")
+
+	// --full refers to nothing: every file is stored again (what compacts a chain), and a bad
+	// value of the API's parameter changes nothing.
+	var again api.Snapshot
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "create", "big", "--full", "--json")), &again); err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Layers) != 0 || again.Bytes < full.Bytes*9/10 {
+		t.Fatalf("snapshot create --full: layers %v, %d bytes against the first full %d", again.Layers, again.Bytes, full.Bytes)
+	}
+	before := len(c.snapshots(t, "big"))
+	req, err := http.NewRequest(http.MethodPost, c.Addr+"/v1/workspaces/big/snapshots?full=yes", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "invalid_argument") {
+		t.Fatalf("full=yes: %d %s", resp.StatusCode, body)
+	}
+	if n := len(c.snapshots(t, "big")); n != before {
+		t.Fatalf("full=yes made a receipt: %d receipts, %d before", n, before)
+	}
 
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.Data, "tether.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {

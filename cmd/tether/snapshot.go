@@ -14,7 +14,7 @@ import (
 
 func newSnapshotCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Aliases: []string{"snap"}, Short: "Capture, list, restore, export, verify, remove and prune snapshots"}
-	var asJSON bool
+	var asJSON, full bool
 	create := &cobra.Command{
 		Use:   "create ID",
 		Short: "Capture the workspace (files and Git state) into the blob store",
@@ -24,7 +24,7 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			snap, err := cl.CreateSnapshot(cmd.Context(), args[0])
+			snap, err := cl.CreateSnapshotWith(cmd.Context(), args[0], api.CaptureOptions{Full: full})
 			if err != nil {
 				return err
 			}
@@ -165,6 +165,7 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 			return nil
 		},
 	}
+	create.Flags().BoolVar(&full, "full", false, "read and store every file again instead of referring to the last receipt's bytes")
 	for _, sub := range []*cobra.Command{create, ls, show, restore, verify} {
 		sub.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}

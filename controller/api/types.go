@@ -190,6 +190,13 @@ type Snapshot struct {
 	Checkpoint bool `json:"checkpoint,omitempty"`
 }
 
+// CaptureOptions are the options of POST /v1/workspaces/{id}/snapshots (query parameters).
+type CaptureOptions struct {
+	// Full reads and stores every file again instead of referring to the last receipt's bytes
+	// (what a chain of incremental receipts is compacted by; also the bench's full capture).
+	Full bool `json:"full,omitempty"`
+}
+
 // RestoreRequest is the body of POST /v1/snapshots/{id}/restore.
 type RestoreRequest struct {
 	Name     string            `json:"name,omitempty"`

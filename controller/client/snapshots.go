@@ -12,8 +12,17 @@ import (
 
 // CreateSnapshot captures the workspace into the blob store and returns the receipt.
 func (c *Client) CreateSnapshot(ctx context.Context, workspace string) (api.Snapshot, error) {
+	return c.CreateSnapshotWith(ctx, workspace, api.CaptureOptions{})
+}
+
+// CreateSnapshotWith captures with options (Full: every file read and stored again).
+func (c *Client) CreateSnapshotWith(ctx context.Context, workspace string, opts api.CaptureOptions) (api.Snapshot, error) {
 	var snap api.Snapshot
-	return snap, c.do(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(workspace) + "/snapshots"}, &snap)
+	var q url.Values
+	if opts.Full {
+		q = url.Values{"full": {"true"}}
+	}
+	return snap, c.do(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(workspace) + "/snapshots", query: q}, &snap)
 }
 
 func (c *Client) ListSnapshots(ctx context.Context, workspace string) ([]api.Snapshot, error) {
