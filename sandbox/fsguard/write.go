@@ -61,6 +61,8 @@ type WriteOptions struct {
 	ReservedName bool
 	// holds is the root's: the temporary file is held while it exists.
 	holds *Holds
+	// bufs is the root's buffer pool.
+	bufs *bufPool
 }
 
 // WriteResult describes the bytes written.
@@ -82,7 +84,7 @@ func (r *Root) WriteFile(ctx context.Context, rel string, src io.Reader, mode fs
 			return newError(CodeInvalidArgument, clean, "name is reserved for temporary files", nil)
 		}
 		var err error
-		opts.holds = r.holds
+		opts.holds, opts.bufs = r.holds, r.bufs
 		res, err = writeAt(ctx, pfd, name, clean, src, mode, opts)
 		return err
 	})
@@ -133,7 +135,7 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if opts.MaxBytes > 0 {
 		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
 	}
-	var dst io.Writer = f
+	var dst io.Writer = &writeback{f: f}
 	var holes *holeWriter
 	if opts.Sparse {
 		holes = newHoleWriter(f)
@@ -143,7 +145,9 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if h == nil {
 		h = sha256.New()
 	}
-	res, err := copyHashed(ctx, dst, src, h)
+	buf := opts.bufs.get()
+	res, err := copyHashed(ctx, dst, src, h, *buf)
+	opts.bufs.put(buf)
 	if err == nil && holes != nil {
 		err = holes.finish()
 	}
@@ -234,8 +238,8 @@ func createTemp(pfd int, clean string) (string, *os.File, error) {
 	}
 }
 
-func copyHashed(ctx context.Context, dst io.Writer, src io.Reader, h hash.Hash) (WriteResult, error) {
-	buf := make([]byte, 256<<10)
+// copyHashed copies src to dst through buf, hashing what it copies.
+func copyHashed(ctx context.Context, dst io.Writer, src io.Reader, h hash.Hash, buf []byte) (WriteResult, error) {
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
