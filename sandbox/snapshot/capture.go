@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,21 +137,7 @@ func (c *capturer) run(root *fsguard.Root) error {
 		return err
 	}
 	c.m.Totals = totals(c.m.Entries)
-	js, err := json.Marshal(c.m)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(js)
-	c.m.SHA256, c.m.JSONSize = hex.EncodeToString(sum[:]), int64(len(js))
-	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(js)),
-		ModTime: c.m.CreatedAt, Format: tar.FormatPAX}
-	if err := c.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("write archive: %w", err)
-	}
-	if _, err := c.tw.Write(js); err != nil {
-		return fmt.Errorf("write archive: %w", err)
-	}
-	return nil
+	return writeManifest(c.tw, c.m)
 }
 
 // walk archives the children of the directory d (at rel) in lexical

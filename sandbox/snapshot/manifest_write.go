@@ -1,0 +1,133 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// entriesKey is where encodeManifest splices the entries into the rest of the manifest. A
+// JSON string escapes every quote, so the first occurrence of these bytes is the key itself.
+var entriesKey = []byte(`"entries":null`)
+
+// encodeManifest writes exactly the bytes of json.Marshal(m) to w without ever holding them
+// whole: the entries, which are nearly all of a manifest, are marshalled one at a time and
+// the rest around them once. A capture of 20,000 files held a 14 MiB marshalled manifest at
+// its memory peak; this holds one entry. tree, when set, receives every entry as
+// json.Marshal(m.Entries) would, for the summary's tree digest.
+func encodeManifest(w io.Writer, m *Manifest, tree *entryDigest) error {
+	rest := *m
+	rest.Entries = nil
+	js, err := json.Marshal(&rest)
+	if err != nil {
+		return err
+	}
+	at := bytes.Index(js, entriesKey)
+	if at < 0 {
+		return fmt.Errorf("encode manifest: no entries key")
+	}
+	if _, err := w.Write(js[:at+len(`"entries":`)]); err != nil {
+		return err
+	}
+	if m.Entries == nil {
+		if _, err := io.WriteString(w, "null"); err != nil {
+			return err
+		}
+	} else {
+		if _, err := io.WriteString(w, "["); err != nil {
+			return err
+		}
+		for i := range m.Entries {
+			e, err := json.Marshal(&m.Entries[i])
+			if err != nil {
+				return fmt.Errorf("encode entry %s: %w", m.Entries[i].Path, err)
+			}
+			if i > 0 {
+				if _, err := io.WriteString(w, ","); err != nil {
+					return err
+				}
+			}
+			if _, err := w.Write(e); err != nil {
+				return err
+			}
+			if tree != nil {
+				tree.write(e)
+			}
+		}
+		if _, err := io.WriteString(w, "]"); err != nil {
+			return err
+		}
+	}
+	_, err = w.Write(js[at+len(entriesKey):])
+	return err
+}
+
+// hashCounter counts and hashes what is written to it.
+type hashCounter struct {
+	n   int64
+	sum hash.Hash
+}
+
+func (h *hashCounter) Write(p []byte) (int, error) {
+	h.n += int64(len(p))
+	return h.sum.Write(p)
+}
+
+// writeManifest archives m as the last entry of tw. A tar header needs the size first, so
+// the manifest is encoded twice as a stream — once to count and hash it (and the entries'
+// tree digest), once into the archive — and never held whole. It sets m.SHA256, m.JSONSize
+// and m.TreeSHA256.
+func writeManifest(tw *tar.Writer, m *Manifest) error {
+	hc := &hashCounter{sum: sha256.New()}
+	tree := newEntryDigest()
+	if err := encodeManifest(hc, m, tree); err != nil {
+		return err
+	}
+	m.SHA256, m.JSONSize = hex.EncodeToString(hc.sum.Sum(nil)), hc.n
+	if m.Entries == nil {
+		sum := sha256.Sum256([]byte("null"))
+		m.TreeSHA256 = hex.EncodeToString(sum[:])
+	} else {
+		m.TreeSHA256 = tree.sum()
+	}
+	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: hc.n,
+		ModTime: m.CreatedAt, Format: tar.FormatPAX}
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	// Counted again: an encoding that differed between the passes would be a short or long
+	// entry, which tar refuses; the hash is checked as well, so the archived bytes are the ones
+	// the summary names.
+	again := &hashCounter{sum: sha256.New()}
+	if err := encodeManifest(io.MultiWriter(tw, again), m, nil); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	if again.n != hc.n || hex.EncodeToString(again.sum.Sum(nil)) != m.SHA256 {
+		return fmt.Errorf("write archive: the manifest encoded differently twice")
+	}
+	return nil
+}
+
+// ManifestDigests returns the SHA-256 of json.Marshal(m) and of json.Marshal(m.Entries), as
+// a capture's summary names them, computed as streams (a capture has them already).
+func ManifestDigests(m *Manifest) (manifest, tree string, err error) {
+	if m.TreeSHA256 != "" && m.SHA256 != "" {
+		return m.SHA256, m.TreeSHA256, nil
+	}
+	hc := &hashCounter{sum: sha256.New()}
+	td := newEntryDigest()
+	if err := encodeManifest(hc, m, td); err != nil {
+		return "", "", err
+	}
+	tree = td.sum()
+	if m.Entries == nil {
+		sum := sha256.Sum256([]byte("null"))
+		tree = hex.EncodeToString(sum[:])
+	}
+	return hex.EncodeToString(hc.sum.Sum(nil)), tree, nil
+}
