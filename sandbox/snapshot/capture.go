@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/tetherhq/tether/internal/routine"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/gitstate"
 	"github.com/tetherhq/tether/sandbox/stableread"
 	"golang.org/x/sys/unix"
 )
@@ -92,8 +94,18 @@ func Capture(ctx context.Context, root *fsguard.Root, w io.Writer, opts CaptureO
 		Skipped:     []Skipped{},
 	}
 	c := &capturer{ctx: ctx, m: m, buf: make([]byte, copyBufSize)}
-	if err := c.planGit(root); err != nil {
-		return nil, err
+	// The Git status (0.18 s and 64 MiB allocated on a 300-commit repository) is read while
+	// the walk streams, not before the first byte; the manifest, written last, waits for it.
+	g := routine.New(ctx, nil)
+	defer g.Stop()
+	var git struct {
+		st  *gitstate.State
+		err string
+	}
+	g.Go("capture git status", func(context.Context) { git.st, git.err = planGit(root) })
+	c.gitDone = func() {
+		g.Stop()
+		c.m.Git, c.m.GitError = git.st, git.err
 	}
 	enc, err := zstd.NewWriter(w, encoderOptions(level, conc, opts.SerialBlocks)...)
 	if err != nil {
@@ -136,6 +148,8 @@ type capturer struct {
 	buf []byte
 	// fence re-checks every archived entry once the walk is done (fence.go).
 	fence fence
+	// gitDone waits for the Git status read beside the walk and puts it in the manifest.
+	gitDone func()
 }
 
 func (c *capturer) run(root *fsguard.Root) error {
@@ -152,6 +166,7 @@ func (c *capturer) run(root *fsguard.Root) error {
 		return err
 	}
 	c.m.Totals = totals(c.m.Entries)
+	c.gitDone()
 	return writeManifest(c.tw, c.m)
 }
 
