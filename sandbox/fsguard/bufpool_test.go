@@ -51,3 +51,41 @@ func TestWritebackStartsAsDataIsWritten(t *testing.T) {
 		t.Fatalf("wrote %d bytes, handed %d to writeback; want all %d", w.off, w.flushed, 3*writebackStep)
 	}
 }
+
+// An in-place write creates the file under its final name (no temporary, no rename), refuses
+// anything already there without following it, and leaves nothing behind when it fails.
+func TestWriteFileInPlace(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Open(dir)
+	must(t, err)
+	defer r.Close()
+	ctx := context.Background()
+	opts := WriteOptions{NoSync: true, InPlace: true}
+	res, err := r.WriteFile(ctx, "a", bytes.NewReader([]byte("hello")), 0o640, opts)
+	must(t, err)
+	if got, err := os.ReadFile(dir + "/a"); err != nil || string(got) != "hello" || res.Bytes != 5 {
+		t.Fatalf("in-place write: %q, %v, %+v", got, err, res)
+	}
+	if fi, _ := os.Stat(dir + "/a"); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v, want 0640", fi.Mode().Perm())
+	}
+	must(t, os.Symlink(dir+"/outside", dir+"/link"))
+	_, err = r.WriteFile(ctx, "link", bytes.NewReader([]byte("x")), 0o644, opts)
+	wantCode(t, err, CodeExists)
+	if _, err := os.Lstat(dir + "/outside"); !os.IsNotExist(err) {
+		t.Fatalf("in-place write followed a symlink: %v", err)
+	}
+	_, err = r.WriteFile(ctx, "b", &failingReader{n: 10}, 0o644, opts)
+	if err == nil {
+		t.Fatal("a failed source published a file")
+	}
+	if _, err := os.Lstat(dir + "/b"); !os.IsNotExist(err) {
+		t.Fatalf("a failed in-place write left its file: %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Fatalf("directory holds %d entries, want a and link", len(ents))
+	}
+	_, err = r.WriteFile(ctx, "c", bytes.NewReader(nil), 0o644, WriteOptions{InPlace: true})
+	wantCode(t, err, CodeInvalidArgument)
+}
