@@ -78,36 +78,44 @@ func (h *hashCounter) Write(p []byte) (int, error) {
 	return h.sum.Write(p)
 }
 
+// digests encodes m as a stream into a counter and two hashes: the SHA-256 and size of
+// json.Marshal(m), and the SHA-256 of json.Marshal(m.Entries).
+func digests(m *Manifest) (sum string, size int64, tree string, err error) {
+	hc := &hashCounter{sum: sha256.New()}
+	td := newEntryDigest()
+	if err := encodeManifest(hc, m, td); err != nil {
+		return "", 0, "", err
+	}
+	tree = td.sum()
+	if m.Entries == nil {
+		null := sha256.Sum256([]byte("null"))
+		tree = hex.EncodeToString(null[:])
+	}
+	return hex.EncodeToString(hc.sum.Sum(nil)), hc.n, tree, nil
+}
+
 // writeManifest archives m as the last entry of tw. A tar header needs the size first, so
 // the manifest is encoded twice as a stream — once to count and hash it (and the entries'
 // tree digest), once into the archive — and never held whole. It sets m.SHA256, m.JSONSize
 // and m.TreeSHA256.
 func writeManifest(tw *tar.Writer, m *Manifest) error {
-	hc := &hashCounter{sum: sha256.New()}
-	tree := newEntryDigest()
-	if err := encodeManifest(hc, m, tree); err != nil {
+	sum, size, tree, err := digests(m)
+	if err != nil {
 		return err
 	}
-	m.SHA256, m.JSONSize = hex.EncodeToString(hc.sum.Sum(nil)), hc.n
-	if m.Entries == nil {
-		sum := sha256.Sum256([]byte("null"))
-		m.TreeSHA256 = hex.EncodeToString(sum[:])
-	} else {
-		m.TreeSHA256 = tree.sum()
-	}
-	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: hc.n,
+	m.SHA256, m.JSONSize, m.TreeSHA256 = sum, size, tree
+	h := &tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: size,
 		ModTime: m.CreatedAt, Format: tar.FormatPAX}
 	if err := tw.WriteHeader(h); err != nil {
 		return fmt.Errorf("write archive: %w", err)
 	}
-	// Counted again: an encoding that differed between the passes would be a short or long
-	// entry, which tar refuses; the hash is checked as well, so the archived bytes are the ones
-	// the summary names.
+	// Counted and hashed again: the archived bytes must be the ones the summary names (an
+	// encoding that differed between the passes would otherwise go unnoticed until a restore).
 	again := &hashCounter{sum: sha256.New()}
 	if err := encodeManifest(io.MultiWriter(tw, again), m, nil); err != nil {
 		return fmt.Errorf("write archive: %w", err)
 	}
-	if again.n != hc.n || hex.EncodeToString(again.sum.Sum(nil)) != m.SHA256 {
+	if again.n != size || hex.EncodeToString(again.sum.Sum(nil)) != sum {
 		return fmt.Errorf("write archive: the manifest encoded differently twice")
 	}
 	return nil
@@ -119,15 +127,6 @@ func ManifestDigests(m *Manifest) (manifest, tree string, err error) {
 	if m.TreeSHA256 != "" && m.SHA256 != "" {
 		return m.SHA256, m.TreeSHA256, nil
 	}
-	hc := &hashCounter{sum: sha256.New()}
-	td := newEntryDigest()
-	if err := encodeManifest(hc, m, td); err != nil {
-		return "", "", err
-	}
-	tree = td.sum()
-	if m.Entries == nil {
-		sum := sha256.Sum256([]byte("null"))
-		tree = hex.EncodeToString(sum[:])
-	}
-	return hex.EncodeToString(hc.sum.Sum(nil)), tree, nil
+	manifest, _, tree, err = digests(m)
+	return manifest, tree, err
 }
