@@ -2,8 +2,6 @@ package protocol
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -52,9 +50,8 @@ func FuzzBodyReader(f *testing.F) {
 			}
 			return
 		}
-		s := sha256.Sum256(got)
-		if br.Result.Bytes != int64(len(got)) || br.Result.SHA256 != hex.EncodeToString(s[:]) {
-			t.Fatalf("io.EOF after %d bytes (sha256 %x) but the terminator says %+v", len(got), s, br.Result)
+		if br.Result.Bytes != int64(len(got)) {
+			t.Fatalf("io.EOF after %d bytes but the terminator says %+v", len(got), br.Result)
 		}
 		if n, err := br.Read(buf); n != 0 || err != io.EOF {
 			t.Fatalf("Read after EOF = %d, %v", n, err)

@@ -4,9 +4,12 @@ import "fmt"
 
 // Protocol versions this build speaks. A runner and a controller agree on the highest version
 // both support; a runner from an older release keeps working while its range overlaps.
+//
+// Version 2 frames bodies with a CRC-32C per chunk instead of a SHA-256 of the whole body
+// (body.go); a version-1 runner is refused with unsupported rather than misread.
 const (
-	ProtocolMin = 1
-	ProtocolMax = 1
+	ProtocolMin = 2
+	ProtocolMax = 2
 )
 
 // ConnectPath is where runners dial the controller.

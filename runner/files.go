@@ -266,7 +266,8 @@ func (r *Runner) fsRead(_ context.Context, st *yamux.Stream, args protocol.FsRea
 		// From here on the reply is sent: failures go in the final trailer.
 		stopWatch := abandonWatch(st)
 		defer stopWatch()
-		bw := protocol.NewBodyWriter(st)
+		// The digest goes in the terminator: the controller passes it on, the client checks it.
+		bw := protocol.NewBodyWriter(st).WithSHA256()
 		_ = st.SetWriteDeadline(time.Time{})
 		if _, err := io.Copy(bw, io.NewSectionReader(f, off, n)); err != nil {
 			writeTrailer(st, nil, fmt.Errorf("read %s: %w", clean, err))

@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"time"
@@ -87,12 +85,8 @@ func (r *Runner) capture(ctx context.Context, body io.Writer, recipient age.Reci
 
 // summarize keeps what the controller records beside a receipt.
 func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
-	raw, err := json.Marshal(m)
-	if err != nil {
-		return protocol.SnapshotSummary{}, err
-	}
-	sum := sha256.Sum256(raw)
-	tree, err := snapshot.TreeDigest(m.Entries)
+	// Streamed: marshalling the whole manifest again held it twice at the capture's peak.
+	manifest, tree, err := snapshot.ManifestDigests(m)
 	if err != nil {
 		return protocol.SnapshotSummary{}, err
 	}
@@ -100,7 +94,7 @@ func summarize(m *snapshot.Manifest) (protocol.SnapshotSummary, error) {
 		Tree:    tree,
 		Entries: m.Totals.Entries, Files: m.Totals.Files, Dirs: m.Totals.Dirs, Symlinks: m.Totals.Symlinks,
 		Bytes: m.Totals.Bytes, Skipped: len(m.Skipped), Parent: m.Parent, Tool: m.ToolVersion,
-		Manifest: hex.EncodeToString(sum[:]),
+		Manifest: manifest,
 	}
 	if m.Git != nil {
 		if s.Git, err = json.Marshal(m.Git); err != nil {

@@ -71,8 +71,8 @@ func (s *dirStore) Put(ctx context.Context, key string, r io.Reader, want string
 	}()
 
 	src := newSource(ctx, r)
-	// A plain writer, so the copy uses our buffer rather than os.File's ReadFrom.
-	_, cerr := io.CopyBuffer(struct{ io.Writer }{f}, src, make([]byte, 256<<10))
+	// Written back as it streams (writeback.go), so the fsync below has little left.
+	_, cerr := io.CopyBuffer(&writeback{f: f}, src, make([]byte, 256<<10))
 	if err := src.failure(key); err != nil {
 		return Info{}, err
 	}

@@ -56,21 +56,20 @@ func (b *bench) all(ctx context.Context) error {
 	if err := b.idleRSS(ctx); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{b.starts, b.execs, b.isolationCost, b.throughputs, b.peakRSS, b.files}
-	if !b.cfg.noSnap {
-		steps = append(steps, b.snapshots)
+	type step struct {
+		name string
+		run  func(context.Context) error
+		skip bool
 	}
-	if !b.cfg.noDProv {
-		steps = append(steps, b.dockerProvider)
-	}
-	if !b.cfg.noProj {
-		steps = append(steps, b.projects)
-	}
-	if !b.cfg.noClust {
-		steps = append(steps, b.cluster)
-	}
-	for _, step := range steps {
-		if err := step(ctx); err != nil {
+	steps := []step{{"starts", b.starts, false}, {"execs", b.execs, false}, {"isolation", b.isolationCost, false},
+		{"throughput", b.throughputs, false}, {"rss", b.peakRSS, false}, {"files", b.files, false},
+		{"snapshot", b.snapshots, b.cfg.noSnap}, {"dockerprovider", b.dockerProvider, b.cfg.noDProv},
+		{"project", b.projects, b.cfg.noProj}, {"cluster", b.cluster, b.cfg.noClust}}
+	for _, st := range steps {
+		if st.skip || (b.cfg.only != nil && !b.cfg.only[st.name]) {
+			continue
+		}
+		if err := st.run(ctx); err != nil {
 			return err
 		}
 	}

@@ -40,6 +40,10 @@ type config struct {
 	// runner's owner.
 	clusterFileSize int64
 	failovers       int
+	// only, when not empty, names the steps to run (starts, execs, isolation, throughput, rss,
+	// files, snapshot, dockerprovider, project, cluster): iterating on one path need not wait
+	// for the others.
+	only map[string]bool
 }
 
 func main() {
@@ -60,6 +64,8 @@ func main() {
 	flag.BoolVar(&cfg.noClust, "no-cluster", false, "skip the cluster rows (controllers on PostgreSQL and MinIO behind HAProxy, each in a network namespace: needs root, haproxy, PostgreSQL and MinIO)")
 	flag.Int64Var(&clusterMiB, "cluster-file-mib", 64, "MiB of the file the cluster rows get")
 	flag.IntVar(&cfg.failovers, "failovers", 5, "times the cluster rows kill the runner's owner (the median is reported)")
+	var only string
+	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, rss, files, snapshot, dockerprovider, project, cluster); all when empty")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
@@ -69,6 +75,12 @@ func main() {
 	}
 	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize, cfg.projSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20, projMiB<<20
 	cfg.clusterFileSize = clusterMiB << 20
+	if only != "" {
+		cfg.only = map[string]bool{}
+		for _, s := range strings.Split(only, ",") {
+			cfg.only[strings.TrimSpace(s)] = true
+		}
+	}
 	cfg.binDir = os.Getenv("TETHER_BIN_DIR")
 	if cfg.binDir == "" {
 		cfg.binDir = "bin"

@@ -105,7 +105,7 @@ func (b *bench) snapshots(ctx context.Context) error {
 	if s.bytes, err = treeBytes(s.ws.Root); err != nil {
 		return err
 	}
-	b.rep.note("Snapshot rows: a generated tree (deterministic PRNG) of %s, put into a workspace with the Go client's ImportTree (what `tether workspace create --source` does); the rows run on a fresh controller and workspace. MiB/s are the tree's content bytes (%.0f MiB, the manifest's `bytes`) per second. The reference commands run on the host on the same files, page cache warm (the tree was just written, and the reference reads it once untimed for its size). Every timed round, tether's and the reference's, starts after an untimed sync(2), so none pays for the previous round's writeback. Capture includes the blob store's fsync of the stored object (the reference writes to /dev/null); restore does not fsync, nor does tar -x. Restore on either side creates ~31,000 files, so it moves with the host's file-creation cost, which varies from run to run.",
+	b.rep.note("Snapshot rows: a generated tree (deterministic PRNG) of %s, put into a workspace with the Go client's ImportTree (what `tether workspace create --source` does); the rows run on a fresh controller and workspace. MiB/s are the tree's content bytes (%.0f MiB, the manifest's `bytes`) per second. The reference commands run on the host on the same files, page cache warm (the tree was just written, and the reference reads it once untimed for its size). Every timed round, tether's and the reference's, starts after an untimed sync(2), so none pays for the previous round's writeback. Capture includes the blob store's fsync of the stored object; its first reference writes to /dev/null (the CPU path alone), its second to a file it then syncs. Restore makes the tree durable (syncfs) before it answers, and so does its reference (`&& sync`). Restore on either side creates ~31,000 files, so it moves with the host's file-creation cost, which varies from run to run.",
 		ti, mib(s.bytes))
 	if s.zstd != "" {
 		b.rep.note("Snapshot references are n/a: %s", s.zstd)
@@ -259,11 +259,45 @@ func (s *snapBench) capture(ctx context.Context) (api.Snapshot, bool) {
 	}
 	s.rep.add(result{Metric: metric, Unit: unitMiBps, Tether: val(median(capt.mibps)), TetherTool: tool, N: len(capt.mibps),
 		Reference: ref, ReferenceTool: refTool, RefN: refN, Note: refNote})
+	if s.zstd == "" {
+		s.persistingRef(ctx, metric, tool, capt)
+	}
 	s.rep.add(result{Metric: fmt.Sprintf("snapshot archive size of the %.0f MiB tree", treeMiB), Unit: unitBytes,
 		Tether: val(float64(last.Bytes)), TetherTool: "receipt `bytes` (stored .tar.zst, zstd fastest, not encrypted)",
 		Reference: refSize, ReferenceTool: fmt.Sprintf("`%s | wc -c` on the same tree", zstdRef), Note: sizeNote})
 	s.goalRows("capture", fmt.Sprintf("%d rounds", len(capt.mibps)), watch, nil)
 	return last, true
+}
+
+// persistingRef reports the capture against a reference that, like tether's blob store, keeps
+// what it wrote: `tar | zstd > FILE && sync FILE` (the /dev/null row measures the CPU path
+// alone).
+func (s *snapBench) persistingRef(ctx context.Context, metric, tool string, capt rates) {
+	out := filepath.Join(s.tmp, "ref-capture.tar.zst")
+	defer os.Remove(out)
+	script := fmt.Sprintf("%s > '%s' && sync '%s'", zstdRef, out, out)
+	progress("snapshot: persisting reference capture %d × `%s`", s.cfg.rounds, script)
+	var secs []float64
+	r, err := sizedRounds(ctx, s.cfg.rounds, func(int) (time.Duration, int64, error) {
+		os.Remove(out)
+		syscall.Sync()
+		took, err := shell(ctx, s.ws.Root, nil, script)
+		if err == nil {
+			secs = append(secs, took.Seconds())
+		}
+		return took, s.bytes, err
+	})
+	refTool := fmt.Sprintf("`%s > FILE && sync FILE` in the workspace root on the host", zstdRef)
+	res := result{Metric: metric + ", against a persisting reference", Unit: unitMiBps, Tether: val(median(capt.mibps)),
+		TetherTool: tool, N: len(capt.mibps), ReferenceTool: refTool}
+	if err != nil {
+		s.rep.note("Snapshot reference `%s` failed: %v", script, err)
+		res.Note = "failed, see notes"
+	} else {
+		res.Reference, res.RefN = val(median(r.mibps)), len(r.mibps)
+		res.ReferenceTool += fmt.Sprintf(", %s, median %.2f s", r.label(), median(secs))
+	}
+	s.rep.add(res)
 }
 
 // restore times RestoreSnapshot onto a new workspace (removed after each round, untimed)
@@ -362,7 +396,7 @@ func (s *snapBench) checkRestored(ctx context.Context, ws api.Workspace, head st
 // restoreRef exports the snapshot (untimed) and times `zstd -d < archive | tar -x -C DIR` into a
 // fresh directory each round, removed after (untimed).
 func (s *snapBench) restoreRef(ctx context.Context, snap api.Snapshot) (*float64, int, string, string) {
-	tool := "`zstd -d < archive.tar.zst | tar -x -C NEWDIR` of the exported snapshot (client ExportSnapshot), on the host"
+	tool := "`zstd -d < archive.tar.zst | tar -x -C NEWDIR && sync` of the exported snapshot (client ExportSnapshot), on the host"
 	if s.zstd != "" {
 		return nil, 0, tool, "n/a: " + s.zstd
 	}
@@ -398,7 +432,8 @@ func (s *snapBench) restoreRef(ctx context.Context, snap api.Snapshot) (*float64
 		}
 		defer os.RemoveAll(dir)
 		syscall.Sync()
-		took, err := shell(ctx, s.tmp, nil, script+" '"+dir+"'")
+		// sync: tether's restore makes the tree durable (syncfs) before it answers.
+		took, err := shell(ctx, s.tmp, nil, script+" '"+dir+"' && sync")
 		if err != nil {
 			return 0, 0, err
 		}

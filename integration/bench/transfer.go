@@ -192,6 +192,8 @@ func (b *bench) files(ctx context.Context) error {
 		return fmt.Errorf("base64 get: %w", err)
 	}
 
+	httpPut, httpGet, httpNote := httpRefRounds(ctx, dir, big, n)
+
 	catTool := fmt.Sprintf("local read ceiling: `cat FILE > /dev/null` of the same %d MiB file on the host, page cache warm, %s", fileMiB, cat.label())
 	b64Tool := func(op string, r rates) string {
 		how := "Exec `sh -c 'dd if=FILE bs=196608 skip=N count=1 2>/dev/null | base64 -w0'` per chunk, decoded on the client"
@@ -200,6 +202,26 @@ func (b *bench) files(ctx context.Context) error {
 		}
 		return fmt.Sprintf("base64 over exec in 192 KiB chunks (today's agent platforms), Go client %s, %d MiB file (%d execs), %s",
 			how, b64MiB, chunks, r.label())
+	}
+	httpTool := func(op string, r rates) string {
+		how := "`curl URL | sha256sum`"
+		if op == "put" {
+			how = "`curl -T FILE URL`, the server fsyncs before it answers"
+		}
+		return fmt.Sprintf("a plain Go HTTP server on 127.0.0.1 (integration/bench/httpref.go), %s, %s", how, r.label())
+	}
+	if httpNote == "" {
+		for _, row := range []struct {
+			op   string
+			t, r rates
+			tool string
+		}{{"get", get, httpGet, "Go client ReadFile into a count+SHA-256 writer"}, {"put", put, httpPut, "Go client WriteFile from the host file (fsynced), returned SHA-256 checked"}} {
+			b.rep.add(result{Metric: fmt.Sprintf("%d MiB file %s through controller→runner, %s", fileMiB, row.op, row.t.label()),
+				Unit: unitMiBps, Tether: val(median(row.t.mibps)), TetherTool: row.tool, N: len(row.t.mibps),
+				Reference: val(median(row.r.mibps)), ReferenceTool: httpTool(row.op, row.r), RefN: len(row.r.mibps)})
+		}
+	} else {
+		b.rep.note("File HTTP reference rows are n/a: %s", httpNote)
 	}
 	for _, row := range []struct {
 		op        string
@@ -225,6 +247,32 @@ func (b *bench) files(ctx context.Context) error {
 	b.rep.note("File rows: the host file is pseudo-random (incompressible); drop_caches is not possible here, so the host file is read once untimed to warm the page cache and every read (cat, the runner's, dd's) comes from memory. WriteFile is durable (the runner fsyncs before publishing atomically); `base64 -d >> FILE` is not. ReadFile hashes on the client to verify, and the bench hashes again to check; both are in the timing.")
 	b.rep.note("RSS rows: VmRSS of each process sampled every %s in a goroutine across all rounds of the transfer, plus its VmHWM after resetting it (clear_refs) just before; tether = the peak, reference = VmRSS just before the first round; the note gives the increase. The file rows run on a fresh controller and workspace, put first then get, so the baselines do not carry memory the earlier rows left behind (the Go runtime returns freed pages to the OS only gradually).", rssEvery)
 	return nil
+}
+
+// httpRefRounds times put and get of f against the plain HTTP reference; the note says why
+// they are n/a, or is "".
+func httpRefRounds(ctx context.Context, dir string, f hostFile, n int) (put, get rates, note string) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		return put, get, "no curl"
+	}
+	refDir := filepath.Join(dir, "httpref")
+	if err := os.Mkdir(refDir, 0o755); err != nil {
+		return put, get, err.Error()
+	}
+	h, err := startHTTPRef(refDir)
+	if err != nil {
+		return put, get, err.Error()
+	}
+	defer h.close()
+	progress("files: reference put %d × `curl -T` to a plain Go HTTP server that fsyncs", n)
+	if put, err = timedRounds(ctx, n, f.size, func() (time.Duration, error) { return h.put(ctx, f) }); err != nil {
+		return put, get, err.Error()
+	}
+	progress("files: reference get %d × `curl | sha256sum` from it", n)
+	if get, err = timedRounds(ctx, n, f.size, func() (time.Duration, error) { return h.get(ctx, f) }); err != nil {
+		return put, get, err.Error()
+	}
+	return put, get, ""
 }
 
 // fileWorkspace is where the file rows run.

@@ -57,6 +57,8 @@ type Root struct {
 	walk atomic.Bool
 	// holds, when set, records the temporary files and staging directories made through it.
 	holds *Holds
+	// bufs lends copy buffers (bufpool.go); shared with the roots opened beneath this one.
+	bufs *bufPool
 }
 
 var errClosed = errors.New("fsguard: root is closed")
@@ -72,7 +74,7 @@ func Open(dir string, opts ...Option) (*Root, error) {
 	if err != nil {
 		return nil, mapErrno("open root", dir, err)
 	}
-	r := &Root{fd: fd, name: dir}
+	r := &Root{fd: fd, name: dir, bufs: newBufPool()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -111,7 +113,7 @@ func (r *Root) pickResolver() error {
 
 // subRoot wraps a descriptor already resolved beneath r.
 func (r *Root) subRoot(fd int, name string) *Root {
-	s := &Root{fd: fd, name: name, want: r.want, holds: r.holds}
+	s := &Root{fd: fd, name: name, want: r.want, holds: r.holds, bufs: r.bufs}
 	s.walk.Store(r.walk.Load())
 	return s
 }

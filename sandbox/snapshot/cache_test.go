@@ -88,6 +88,10 @@ func TestIncrementalCaptureRefsUnchangedFiles(t *testing.T) {
 	if a != b || m.Totals != full.Totals {
 		t.Fatalf("incremental tree %s %+v, full %s %+v", a, m.Totals, b, full.Totals)
 	}
+	// The digest the runner's summary takes from the streamed manifest is the same one.
+	if _, streamed, err := ManifestDigests(m); err != nil || streamed != b {
+		t.Fatalf("the streamed manifest's tree digest is %s, %v; want %s", streamed, err, b)
+	}
 	v, err := Verify(context.Background(), bytes.NewReader(data), VerifyOptions{AllowRefs: true})
 	must(t, err)
 	if v.TreeSHA256 != b || v.Totals != full.Totals {

@@ -13,19 +13,19 @@ import (
 // the workspace and are never followed; or a layout go-git cannot read)
 // leaves Git out of the manifest with the reason in GitError; the capture
 // still succeeds and loses nothing.
-func (c *capturer) planGit(root *fsguard.Root) error {
+//
+// It returns the state, or why there is none ("" and nil: no repository).
+func planGit(root *fsguard.Root) (*gitstate.State, string) {
 	repo, err := gitstate.Open(root, ".")
 	if err != nil {
-		c.m.GitError = err.Error()
-		return nil
+		return nil, err.Error()
 	}
 	if repo == nil {
-		return nil
+		return nil, ""
 	}
-	if st, err := repo.State(); err != nil {
-		c.m.GitError = err.Error()
-	} else {
-		c.m.Git = st
+	st, err := repo.State()
+	if err != nil {
+		return nil, err.Error()
 	}
-	return nil
+	return st, ""
 }

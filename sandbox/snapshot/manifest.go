@@ -89,6 +89,9 @@ type Manifest struct {
 	SHA256 string `json:"-"`
 	// JSONSize is the size of that JSON in bytes.
 	JSONSize int64 `json:"-"`
+	// TreeSHA256 is the SHA-256 of json.Marshal(Entries), set by Capture (which computes it
+	// while it writes the manifest, see ManifestDigests); not part of the JSON.
+	TreeSHA256 string `json:"-"`
 }
 
 // Error codes. The strings are those of the wire protocol.

@@ -196,7 +196,9 @@ func (s *stageSink) file(e *Entry, r io.Reader) (string, int64, error) {
 		return "", 0, err
 	}
 	// An archived name like a temporary file's is the agent's file and comes back as it was.
-	opts := fsguard.WriteOptions{MTime: e.MTime, NoSync: true, ReservedName: true}
+	// In place: the staging directory is private and published whole, so a file needs no
+	// temporary name, hold or rename of its own.
+	opts := fsguard.WriteOptions{MTime: e.MTime, NoSync: true, ReservedName: true, InPlace: true}
 	if e.Sparse {
 		opts.Sparse, opts.Hash = true, ContentHash(*e)
 	}
