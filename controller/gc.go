@@ -158,11 +158,9 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 		return keep("no receipt holds its work")
 	}
 	last := snaps[len(snaps)-1]
-	var bytes int64
-	for _, snap := range snaps[:len(snaps)-1] {
-		if snap.ReclaimedAt == nil {
-			bytes += snap.Bytes
-		}
+	bytes, err := s.supersededBytes(ctx, ws.ID, snaps)
+	if err != nil {
+		return keep("cannot size its superseded receipts: " + err.Error())
 	}
 	if bytes == 0 {
 		return keep("nothing to reclaim: its newest receipt " + last.ID + " is what reopen restores")
@@ -176,6 +174,48 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 	cand.Reclaimable, cand.Bytes = true, bytes
 	cand.Why = "every byte is in its newest receipt " + last.ID + ", verified"
 	return cand
+}
+
+// supersededBytes is what reclaiming the workspace's superseded receipts would free: their
+// objects (archives and resolved manifests) that neither its newest receipt (an incremental
+// one reads earlier layers) nor another workspace's receipt needs.
+func (s *Server) supersededBytes(ctx context.Context, wsID string, snaps []api.Snapshot) (int64, error) {
+	keep := map[string]bool{}
+	for _, k := range receiptKeys(snaps[len(snaps)-1]) {
+		keep[k] = true
+	}
+	users, err := s.store.SnapshotObjectUsers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for key, wss := range users {
+		for _, w := range wss {
+			if w != wsID {
+				keep[key] = true
+			}
+		}
+	}
+	var keys []string
+	for _, snap := range snaps[:len(snaps)-1] {
+		if snap.ReclaimedAt != nil {
+			continue
+		}
+		for _, k := range receiptKeys(snap) {
+			if !keep[k] {
+				keep[k] = true // counted once
+				keys = append(keys, k)
+			}
+		}
+	}
+	infos, err := s.statObjects(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, info := range infos {
+		n += info.Size
+	}
+	return n, nil
 }
 
 // reclaim removes a reclaiming workspace's superseded storage and returns it to closed. Every

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,10 +51,29 @@ func TestProjectGCAndReopenAfterUpstreamAdvanced(t *testing.T) {
 	if cand := candidate(c.gc(t, "--grace", "1h", "--dry-run"), ws.ID); cand != nil {
 		t.Fatalf("a workspace closed within the grace is a candidate: %+v", cand)
 	}
+	// What a reclaim frees: the superseded receipt's objects its successor does not read (the
+	// close capture is incremental: unchanged files are refs into the first receipt's archive).
+	var closed []api.Snapshot
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "ls", ws.ID, "--json")), &closed); err != nil || len(closed) != 2 {
+		t.Fatalf("receipts after close: %+v %v", closed, err)
+	}
+	var frees int64
+	var kept []string
+	for _, key := range []string{first.ObjectKey, first.ManifestKey} {
+		if slices.Contains(closed[1].Layers, key) {
+			kept = append(kept, key)
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(c.Data, "blobs", filepath.FromSlash(key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frees += fi.Size()
+	}
 	dry := c.gc(t, "--grace", "0s", "--dry-run")
 	cand := candidate(dry, ws.ID)
-	if cand == nil || !cand.Reclaimable || cand.Reclaimed || cand.Bytes != first.Bytes || !dry.DryRun {
-		t.Fatalf("dry run: %+v", dry)
+	if cand == nil || !cand.Reclaimable || cand.Reclaimed || cand.Bytes != frees || !dry.DryRun {
+		t.Fatalf("dry run: %+v; want %d bytes", dry, frees)
 	}
 	if _, err := os.Stat(filepath.Join(c.Data, "blobs")); err != nil {
 		t.Fatal(err)
@@ -64,8 +84,13 @@ func TestProjectGCAndReopenAfterUpstreamAdvanced(t *testing.T) {
 	}
 
 	res := c.gc(t, "--grace", "0s")
-	if cand := candidate(res, ws.ID); cand == nil || !cand.Reclaimed || res.Bytes < first.Bytes {
-		t.Fatalf("sweep: %+v", res)
+	if cand := candidate(res, ws.ID); cand == nil || !cand.Reclaimed || cand.Bytes != frees {
+		t.Fatalf("sweep: %+v; want %d bytes of the workspace's", res, frees)
+	}
+	for _, key := range kept {
+		if _, err := os.Stat(filepath.Join(c.Data, "blobs", filepath.FromSlash(key))); err != nil {
+			t.Fatalf("a layer the newest receipt reads went with the reclaim: %s: %v", key, err)
+		}
 	}
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "snapshot", "ls", ws.ID, "--json")), &snaps); err != nil || snaps[0].ReclaimedAt == nil || snaps[1].ReclaimedAt != nil {
 		t.Fatalf("receipts after the sweep: %+v %v", snaps, err)
