@@ -59,7 +59,28 @@ func demoCheckpointFork(ctx context.Context, c *cli, cl *client.Client, demoCLI 
 	if _, err := cl.Exec(ctx, "demo-cp-fork-2", protocol.ExecArgs{Argv: []string{"cat", "notes.txt"}}, nil, c.stdout, c.stderr); err != nil {
 		return err
 	}
-	return nil
+	return demoReclaim(demoCLI, step)
+}
+
+// demoReclaim removes the checkpointed workspace and its forks with their receipts, and shows
+// gc giving the space back.
+func demoReclaim(demoCLI func(...string) error, step func(string, ...any)) error {
+	step("tether storage du")
+	if err := demoCLI("storage", "du"); err != nil {
+		return err
+	}
+	for _, name := range []string{"demo-cp-fork-1", "demo-cp-fork-2", "demo-cp"} {
+		step("tether workspace rm --purge %s", name)
+		if err := demoCLI("workspace", "rm", "--purge", name); err != nil {
+			return err
+		}
+	}
+	step("tether gc --grace 0s")
+	if err := demoCLI("gc", "--grace", "0s"); err != nil {
+		return err
+	}
+	step("tether storage du")
+	return demoCLI("storage", "du")
 }
 
 // awaitCheckpoint polls the workspace's receipts until a checkpoint appears after the first
