@@ -128,7 +128,9 @@ func TestGCKeepsLayersOfLiveReceipts(t *testing.T) {
 	tc := newTestController(t, withClock(clock))
 	ctx := context.Background()
 	_, asnaps := tc.storedWorkspace(t, "a", clock.Now(), 2, nil)
-	proj, psnaps := tc.closedWorkspace(t, "proj", clock.Now(), 2)
+	// Three receipts: reclaiming frees the middle one's object; the oldest's is another
+	// workspace's layer (a reclaim that would free nothing is not started at all).
+	proj, psnaps := tc.closedWorkspace(t, "proj", clock.Now(), 3)
 	// An incremental receipt of another workspace reusing both older objects.
 	b, bsnaps := tc.storedWorkspace(t, "b", clock.Now(), 1, nil)
 	inc := tc.putReceipt(t, bsnaps[0], time.Second, asnaps[0].ObjectKey, psnaps[0].ObjectKey)
@@ -142,6 +144,9 @@ func TestGCKeepsLayersOfLiveReceipts(t *testing.T) {
 	}
 	if !tc.objectExists(asnaps[0].ObjectKey) || !tc.objectExists(psnaps[0].ObjectKey) {
 		t.Fatal("gc deleted an object a live receipt names in its layers")
+	}
+	if tc.objectExists(psnaps[1].ObjectKey) {
+		t.Fatal("the reclaim kept the superseded object no receipt reads")
 	}
 	// Both layers are b's alone now: du counts them as its own.
 	if own, _ := tc.usageOf(t, b.ID); own != sizes(bsnaps[0], inc, asnaps[0], psnaps[0]) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,8 +177,11 @@ func TestStartupSweepsUnreceiptedObjects(t *testing.T) {
 		}
 	}
 	c2 := startController(t, serveOpts{data: data, extraArgs: []string{"--sweep-grace", "0s"}})
+	// The receipt's objects stay: its archive and its resolved manifest.
 	got := storedFiles(t, c2)
-	if len(got) != 1 || got[0] != filepath.FromSlash(snap.ObjectKey) {
-		t.Fatalf("after the sweep the store holds %v; want only %s", got, snap.ObjectKey)
+	want := []string{filepath.FromSlash(snap.ManifestKey), filepath.FromSlash(snap.ObjectKey)}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the sweep the store holds %v; want only %v", got, want)
 	}
 }

@@ -2,7 +2,6 @@ package fsguard
 
 import (
 	"os"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,15 +12,35 @@ const CopyBufSize = 256 << 10
 // bufPool lends copy buffers. A restore writes tens of thousands of files through one root; a
 // fresh 256 KiB buffer for each cost more CPU in zeroing and garbage collection than the copy
 // itself. The pool belongs to a root and is shared with the roots opened beneath it, so there
-// is no package state.
-type bufPool struct{ p sync.Pool }
+// is no package state. It is a bounded free list rather than a sync.Pool: it keeps at most
+// poolBuffers idle (1 MiB, whatever the garbage collector does), and a sync.Pool under the race
+// detector drops a quarter of what is put back on purpose, so reuse could not be tested there.
+type bufPool struct{ free chan *[]byte }
+
+// poolBuffers bounds the idle buffers a pool keeps: copies through one root at once (restore
+// writes one file at a time; a few concurrent puts and reads).
+const poolBuffers = 4
 
 func newBufPool() *bufPool {
-	return &bufPool{p: sync.Pool{New: func() any { b := make([]byte, CopyBufSize); return &b }}}
+	return &bufPool{free: make(chan *[]byte, poolBuffers)}
 }
 
-func (b *bufPool) get() *[]byte  { return b.p.Get().(*[]byte) }
-func (b *bufPool) put(p *[]byte) { b.p.Put(p) }
+func (b *bufPool) get() *[]byte {
+	select {
+	case p := <-b.free:
+		return p
+	default:
+		buf := make([]byte, CopyBufSize)
+		return &buf
+	}
+}
+
+func (b *bufPool) put(p *[]byte) {
+	select {
+	case b.free <- p:
+	default: // enough idle already: this one goes to the garbage collector
+	}
+}
 
 // writebackStep is how much a writeback lets accumulate before it starts the kernel writing.
 const writebackStep = 8 << 20
