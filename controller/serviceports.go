@@ -27,6 +27,30 @@ func allotPort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// advertisedPort is the port of the controller's advertised URL, 0 when it names none.
+func advertisedPort(advertise string) int {
+	u, err := url.Parse(advertise)
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(u.Port())
+	return p
+}
+
+// allotAvoiding allots a port other than own. The kernel picks a port free where the
+// controller runs, which need not be where its advertised address listens (a load balancer,
+// or another network namespace): a service given that port would have an endpoint ownAddress
+// refuses, so the start would fail for nothing (1 round in 200 of the cluster loop did).
+func allotAvoiding(own int, allot func() (int, error)) (int, error) {
+	for range 8 {
+		p, err := allot()
+		if err != nil || p != own {
+			return p, err
+		}
+	}
+	return 0, protocol.Errorf(protocol.CodeFailed, "allot a port: the kernel chose the controller's own port %d eight times", own)
+}
+
 // portRefused is the error for a runner reporting a service on a port it was not given.
 func portRefused(name string, reported, allotted int) error {
 	if allotted == 0 {
@@ -95,7 +119,7 @@ func (s *Server) startPort(ctx context.Context, workspaceID string, spec *protoc
 		}
 	}
 	if spec.Port == 0 {
-		p, err := allotPort()
+		p, err := allotAvoiding(advertisedPort(s.advertise), allotPort)
 		if err != nil {
 			return err
 		}

@@ -175,3 +175,20 @@ func TestOwnAddressIsNoEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// An allotted port is never the advertised address's: the kernel may choose it where the
+// controller runs although the balancer listens on it elsewhere.
+func TestAllotAvoidsTheAdvertisedPort(t *testing.T) {
+	if got := advertisedPort("http://10.0.0.1:39955"); got != 39955 {
+		t.Fatalf("advertisedPort = %d", got)
+	}
+	seq := []int{39955, 39955, 41000}
+	allot := func() (int, error) { p := seq[0]; seq = seq[1:]; return p, nil }
+	if p, err := allotAvoiding(39955, allot); err != nil || p != 41000 {
+		t.Fatalf("allotAvoiding = %d, %v; want 41000", p, err)
+	}
+	always := func() (int, error) { return 39955, nil }
+	if _, err := allotAvoiding(39955, always); err == nil {
+		t.Fatal("a kernel that only offers the own port: no error")
+	}
+}
