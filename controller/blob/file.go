@@ -1,6 +1,8 @@
 package blob
 
 import (
+	"github.com/tetherhq/tether/sandbox/fsguard"
+
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +74,7 @@ func (s *dirStore) Put(ctx context.Context, key string, r io.Reader, want string
 
 	src := newSource(ctx, r)
 	// Written back as it streams (writeback.go), so the fsync below has little left.
-	_, cerr := io.CopyBuffer(&writeback{f: f}, src, make([]byte, 256<<10))
+	_, cerr := io.CopyBuffer(&fsguard.Writeback{F: f}, src, make([]byte, 256<<10))
 	if err := src.failure(key); err != nil {
 		return Info{}, err
 	}

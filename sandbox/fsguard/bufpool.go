@@ -45,22 +45,22 @@ func (b *bufPool) put(p *[]byte) {
 // writebackStep is how much a writeback lets accumulate before it starts the kernel writing.
 const writebackStep = 8 << 20
 
-// writeback writes to f and, every writebackStep bytes, asks the kernel to start writing those
+// Writeback writes to F and, every writebackStep bytes, asks the kernel to start writing those
 // pages out (sync_file_range WRITE, which does not wait). The final fsync (or the restore's
 // syncfs) then finds little left to write instead of the whole file, so a large write overlaps
 // its disk work with the copy, and the dirty pages it holds stay bounded.
-type writeback struct {
-	f       *os.File
+type Writeback struct {
+	F       *os.File
 	off     int64 // bytes written
 	flushed int64 // bytes handed to writeback
 }
 
-func (w *writeback) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
+func (w *Writeback) Write(p []byte) (int, error) {
+	n, err := w.F.Write(p)
 	w.off += int64(n)
 	if w.off-w.flushed >= writebackStep {
 		// Advice only: a filesystem without it still gets the final sync.
-		_ = unix.SyncFileRange(int(w.f.Fd()), w.flushed, w.off-w.flushed, unix.SYNC_FILE_RANGE_WRITE)
+		_ = unix.SyncFileRange(int(w.F.Fd()), w.flushed, w.off-w.flushed, unix.SYNC_FILE_RANGE_WRITE)
 		w.flushed = w.off
 	}
 	return n, err

@@ -40,7 +40,7 @@ func TestWritebackStartsAsDataIsWritten(t *testing.T) {
 	f, err := os.Create(t.TempDir() + "/big")
 	must(t, err)
 	defer f.Close()
-	w := &writeback{f: f}
+	w := &Writeback{F: f}
 	chunk := make([]byte, 1<<20)
 	for range 3 * writebackStep / len(chunk) {
 		if _, err := w.Write(chunk); err != nil {

@@ -159,7 +159,7 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	if opts.MaxBytes > 0 {
 		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
 	}
-	var dst io.Writer = &writeback{f: f}
+	var dst io.Writer = &Writeback{F: f}
 	var holes *holeWriter
 	if opts.Sparse {
 		holes = newHoleWriter(f)
