@@ -177,3 +177,54 @@ func fileSize(path string) (float64, error) {
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
+
+// cpuSeconds is the user+system CPU time a process has used so far, from /proc/PID/stat
+// (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after it follow its ')'.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks float64
+	for _, s := range f[11:13] { // utime, stime: fields 14 and 15 of the whole line
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += float64(n)
+	}
+	return ticks / 100, nil
+}
+
+// procsCPU reads cpuSeconds of each process; an unreadable one counts as -1.
+func procsCPU(procs []proc) []float64 {
+	out := make([]float64, len(procs))
+	for i, p := range procs {
+		s, err := cpuSeconds(p.pid)
+		if err != nil {
+			s = -1
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// cpuSpent says how many CPU seconds each process used since before (procsCPU's answer).
+func cpuSpent(procs []proc, before []float64) string {
+	after := procsCPU(procs)
+	parts := make([]string, len(procs))
+	for i, p := range procs {
+		if before[i] < 0 || after[i] < 0 {
+			parts[i] = p.name + " n/a"
+			continue
+		}
+		parts[i] = fmt.Sprintf("%s %.2f s", p.name, after[i]-before[i])
+	}
+	return strings.Join(parts, ", ")
+}

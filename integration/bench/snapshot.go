@@ -151,18 +151,25 @@ func findZstd(ctx context.Context) string {
 
 // shell runs script with sh -c in dir, stdout to w (nil: /dev/null), and returns how long it took.
 func shell(ctx context.Context, dir string, w io.Writer, script string) (time.Duration, error) {
+	took, _, err := shellCPU(ctx, dir, w, script)
+	return took, err
+}
+
+// shellCPU is shell that also returns the CPU time (user+system) the script and the children
+// it waited for used.
+func shellCPU(ctx context.Context, dir string, w io.Writer, script string) (took, cpu time.Duration, err error) {
 	cmd := exec.CommandContext(ctx, "sh", "-c", script)
 	cmd.Dir = dir
 	cmd.Stdout = w
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
-	took := time.Since(start)
+	err = cmd.Run()
+	took = time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %v: %s", script, err, strings.TrimSpace(stderr.String()))
+		return 0, 0, fmt.Errorf("%s: %v: %s", script, err, strings.TrimSpace(stderr.String()))
 	}
-	return took, nil
+	return took, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // countWriter counts what is written to it.
@@ -199,6 +206,7 @@ func (s *snapBench) capture(ctx context.Context) (api.Snapshot, bool) {
 		cctx, cancel := context.WithTimeout(ctx, snapOpTimeout)
 		defer cancel()
 		syscall.Sync()
+		cpu0 := procsCPU(procs)
 		start := time.Now()
 		// Full: every round reads and stores the whole tree (rounds after the first would
 		// otherwise refer to it and read nothing); incremental captures have rows of their own.
@@ -210,7 +218,7 @@ func (s *snapBench) capture(ctx context.Context) (api.Snapshot, bool) {
 		if snap.Summary.Bytes != s.bytes {
 			return 0, 0, fmt.Errorf("receipt %s counts %d content bytes, the tree on the host has %d", snap.ID, snap.Summary.Bytes, s.bytes)
 		}
-		progress("snapshot: captured %s in %s: %d entries, archive %.1f MiB", snap.ID, took.Round(time.Millisecond), snap.Entries, mib(snap.Bytes))
+		progress("snapshot: captured %s in %s: %d entries, archive %.1f MiB; CPU %s", snap.ID, took.Round(time.Millisecond), snap.Entries, mib(snap.Bytes), cpuSpent(procs, cpu0))
 		last = snap
 		s.full = snap
 		secs = append(secs, took.Seconds())
@@ -282,9 +290,10 @@ func (s *snapBench) persistingRef(ctx context.Context, metric, tool string, capt
 	r, err := sizedRounds(ctx, s.cfg.rounds, func(int) (time.Duration, int64, error) {
 		os.Remove(out)
 		syscall.Sync()
-		took, err := shell(ctx, s.ws.Root, nil, script)
+		took, cpu, err := shellCPU(ctx, s.ws.Root, nil, script)
 		if err == nil {
 			secs = append(secs, took.Seconds())
+			progress("snapshot: persisting reference in %s; CPU %.2f s", took.Round(time.Millisecond), cpu.Seconds())
 		}
 		return took, s.bytes, err
 	})
