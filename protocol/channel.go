@@ -20,6 +20,12 @@ const (
 	ChanExit    Channel = 4 // runner → client, JSON ExecExit, always last
 	ChanStarted Channel = 5 // runner → client, JSON ExecStarted
 	ChanError   Channel = 6 // controller → CLI, JSON Error, when the exec could not be dispatched
+	// ChanGap (runner → client, JSON LogGap) says bytes of a stream the reader asked for are no
+	// longer held; the stream's next data frame starts at the gap's To.
+	ChanGap Channel = 7
+	// ChanLogEnd (runner → client, JSON LogEnd) ends a run_logs stream that does not follow, or
+	// follows a run that ended: where each stream stopped, and the exit when the run finished.
+	ChanLogEnd Channel = 8
 )
 
 // MaxChannelFrame bounds one channel frame's payload.

@@ -87,6 +87,9 @@ var ops = [...]OpSpec{
 	{Name: OpGitReconcile, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitReconcileArgs]()},
 	{Name: OpGitBranch, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitBranchArgs]()},
 	{Name: OpQuiesce, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[QuiesceArgs]()},
+	{Name: OpRunLogs, Direction: ControllerToRunner, Args: reflect.TypeFor[RunLogsArgs]()},
+	{Name: OpRunAttach, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunAttachArgs]()},
+	{Name: OpRunSignal, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunSignalArgs]()},
 
 	// The Hello travels after the header, not in its Args.
 	{Name: OpHello, Direction: RunnerToController},
@@ -142,11 +145,28 @@ type ExecArgs struct {
 	Cwd     string   `json:"cwd,omitempty"` // workspace-relative
 	Timeout Duration `json:"timeout,omitempty"`
 	Stdin   bool     `json:"stdin,omitempty"` // false: the command's stdin is /dev/null
+	// TTY, when set, runs the command on a pseudo-terminal of this size: its stdin, stdout and
+	// stderr are the terminal, and its output travels as ChanStdout alone.
+	TTY *WinSize `json:"tty,omitempty"`
+	// Detach ends the stream right after ChanStarted: the command runs on, its output kept in
+	// the run's log, its exit reported with OpRunExited.
+	Detach bool `json:"detach,omitempty"`
+	// IdempotencyKey is read by the controller only (client → controller): a repeat with the same
+	// key and argv is the same run, never a second process.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
-// ExecStarted is sent on ChanStarted once the process runs.
+// WinSize is a terminal's size in character cells.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ExecStarted is sent on ChanStarted once the process runs (and first on an attach stream).
 type ExecStarted struct {
-	PID int `json:"pid"`
+	PID   int    `json:"pid"`
+	RunID string `json:"run_id,omitempty"`
+	TTY   bool   `json:"tty,omitempty"`
 }
 
 // ExecExit is the final frame of an exec stream (ChanExit).
@@ -168,8 +188,9 @@ func (e ExecExit) Status() int {
 
 // ExecControl travels on ChanControl from the controller to the runner.
 type ExecControl struct {
-	Signal int  `json:"signal,omitempty"` // deliver this signal to the process group
-	Cancel bool `json:"cancel,omitempty"` // kill the process group: the client went away
+	Signal int      `json:"signal,omitempty"` // deliver this signal to the process group
+	Cancel bool     `json:"cancel,omitempty"` // kill the process group: the client went away
+	Resize *WinSize `json:"resize,omitempty"` // a TTY run's terminal changed size
 }
 
 // RunStatus is what the runner knows of a run it started.
@@ -179,6 +200,8 @@ type RunStatus struct {
 	PID      int      `json:"pid,omitempty"`
 	Exit     ExecExit `json:"exit"`
 	Finished bool     `json:"finished"`
+	// Output is what the run's log holds (nil when the runner keeps no log of the run).
+	Output *RunOutput `json:"output,omitempty"`
 }
 
 // TreeImportArgs are the arguments of OpTreeImport; the body is a tar stream (optionally zstd).
