@@ -23,6 +23,7 @@ func memRunner(t *testing.T) (r *Runner, runnerSide, ctlSide *yamux.Session) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.logs.Close() })
 	a, b := net.Pipe()
 	if runnerSide, err = protocol.MuxClient(a); err != nil {
 		t.Fatal(err)

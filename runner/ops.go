@@ -37,6 +37,9 @@ var handlers = map[string]opHandler{
 	protocol.OpGitReconcile:    reply((*Runner).gitReconcile),
 	protocol.OpGitBranch:       reply((*Runner).gitBranch),
 	protocol.OpQuiesce:         reply((*Runner).quiesce),
+	protocol.OpRunLogs:         stream((*Runner).runLogs).refusedWith(refuseLogs),
+	protocol.OpRunAttach:       stream((*Runner).runAttach).refusedWith(refuseExec),
+	protocol.OpRunSignal:       reply((*Runner).runSignal),
 }
 
 // An opHandler is how the runner serves one operation.

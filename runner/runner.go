@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"github.com/tetherhq/tether/sandbox/runlog"
 	"github.com/tetherhq/tether/sandbox/service"
 )
 
@@ -45,6 +47,10 @@ type Config struct {
 	// agent's reach): it holds the capture cache that makes incremental captures cheap. Empty
 	// means no cache: every capture is full.
 	StateDir string
+	// RunLogMaxBytes bounds the output kept per run, RunLogsMaxBytes all runs' together
+	// (sandbox/runlog; zero: its defaults, 128 MiB and 1 GiB). The logs live in StateDir/runs,
+	// or a private temporary directory without one.
+	RunLogMaxBytes, RunLogsMaxBytes int64
 }
 
 // Runner is one runner agent.
@@ -52,6 +58,7 @@ type Runner struct {
 	cfg        Config
 	cacheTrees cacheTrees
 	runs       *runTable
+	logs       *runlog.Store
 	services   *service.Manager
 	// policy confines every command; Run completes it (agent socket, runner binary) before
 	// serving.
@@ -100,6 +107,12 @@ func New(cfg Config) (*Runner, error) {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, routines: routine.New(context.Background(), cfg.Logger), policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
+	logDir := ""
+	if cfg.StateDir != "" {
+		logDir = filepath.Join(cfg.StateDir, "runs")
+	}
+	// Created with the first run, once isolate set the runner's file ids.
+	r.logs = runlog.NewStore(logDir, runlog.Options{MaxRunBytes: cfg.RunLogMaxBytes, MaxTotalBytes: cfg.RunLogsMaxBytes})
 	r.services = service.NewManager(r.resolveDir, service.WithClock(cfg.Clock))
 	r.services.Confiner = r
 	ctl, err := newControllerDial(cfg.ControllerURL)
@@ -181,6 +194,9 @@ func (r *Runner) Shutdown() {
 	r.services.StopAll(shutdownGrace)
 	// Only now, with its commands gone, can an exec's handler end.
 	r.stopRoutines()
+	if err := r.logs.Close(); err != nil {
+		r.cfg.Logger.Warn("remove run logs", "err", err)
+	}
 }
 
 func (r *Runner) connectAndServe(ctx context.Context) (served bool, err error) {

@@ -32,6 +32,11 @@ type Spec struct {
 	// WorkDir is Dir as a workspace-relative path, for a Confiner that shows the command the
 	// workspace somewhere else.
 	WorkDir string
+	// Terminal says Stdin is a terminal (the slave of a pseudo-terminal, also Stdout and
+	// Stderr): the command gets a session of its own with it as its controlling terminal, so
+	// the terminal's signals (^C, SIGWINCH) reach its foreground group. The session's id is the
+	// command's pid, as its process group's is without a terminal.
+	Terminal bool
 }
 
 // A Confiner changes how a command is started so that it runs apart from its starter: as
@@ -85,6 +90,14 @@ func Start(spec Spec) (*Process, error) {
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = spec.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.Terminal {
+		if _, ok := spec.Stdin.(*os.File); !ok {
+			return nil, errors.New("a terminal command needs its terminal as stdin")
+		}
+		// A session leader may not change its process group (setpgid fails), and needs none:
+		// setsid made its group too. Ctty is the child's descriptor 0, the terminal.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	cmd.WaitDelay = spec.OutputGrace
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second

@@ -336,6 +336,20 @@ func (l *Log) removeLocked() {
 	os.RemoveAll(l.dir)
 }
 
+// Changed returns a channel closed on the next append to any stream or on Close.
+func (l *Log) Changed() <-chan struct{} {
+	l.store.mu.Lock()
+	defer l.store.mu.Unlock()
+	return l.changed
+}
+
+// Closed says the log takes no more writes.
+func (l *Log) Closed() bool {
+	l.store.mu.Lock()
+	defer l.store.mu.Unlock()
+	return l.closed
+}
+
 // Bounds returns the stream's [start, end): the bytes still held, end being all ever written.
 func (l *Log) Bounds(name string) (start, end int64) {
 	l.store.mu.Lock()
