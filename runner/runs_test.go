@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/confine"
 	"github.com/tetherhq/tether/sandbox/runlog"
 )
 
@@ -217,14 +219,48 @@ func TestRunLogsGapsUnderTinyBound(t *testing.T) {
 // A TTY run: `tty` names a pseudo-terminal, `stty size` follows a resize, a ^C byte reaches the
 // command as SIGINT, and its exit status passes through.
 func TestExecTTY(t *testing.T) {
-	_, sess := pipeRunner(t)
-	script := `tty; stty size; read x; stty size; trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done`
+	t.Run("none", func(t *testing.T) {
+		_, sess := pipeRunner(t)
+		testTTY(t, sess, strconv.Itoa(os.Geteuid()))
+	})
+	t.Run("uid", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("isolation uid needs root")
+		}
+		r, sess := pipeRunner(t)
+		// The agent's workspace, reachable by the agent's uid (a test's temporary directories
+		// are root's alone).
+		root, err := os.MkdirTemp("", "tether-tty-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(root) })
+		if err := os.Chown(root, 65532, 65532); err != nil {
+			t.Fatal(err)
+		}
+		r.cfg.Root, r.root = root, root
+		r.policy = confine.Policy{Mode: protocol.IsolationUID, UID: 65532, GID: 65532}
+		testTTY(t, sess, "65532")
+	})
+	t.Run("namespaces refused", func(t *testing.T) {
+		r, sess := pipeRunner(t)
+		r.policy = confine.Policy{Mode: protocol.IsolationNamespaces}
+		var rr runRead
+		rr.read(t, openOp(t, sess, protocol.OpExec, protocol.ExecArgs{TTY: &protocol.WinSize{Rows: 1, Cols: 1}, Argv: []string{"true"}}), nil)
+		if rr.exit == nil || rr.exit.Error == nil || rr.exit.Error.Code != protocol.CodeUnsupported {
+			t.Fatalf("exit %+v", rr.exit)
+		}
+	})
+}
+
+func testTTY(t *testing.T, sess *yamux.Session, uid string) {
+	script := `id -u; tty; stty size; read x; stty size; trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done`
 	st := openOp(t, sess, protocol.OpExec, protocol.ExecArgs{RunID: "run_tty", Stdin: true, TTY: &protocol.WinSize{Rows: 24, Cols: 80},
 		Argv: []string{"sh", "-c", script}})
 	cw := protocol.NewChannelWriter(st)
 	var rr runRead
 	rr.read(t, st, func() bool { return strings.Contains(rr.stdout.String(), "24 80") })
-	if rr.started == nil || !rr.started.TTY || !strings.HasPrefix(rr.stdout.String(), "/dev/pts/") {
+	if rr.started == nil || !rr.started.TTY || !strings.HasPrefix(rr.stdout.String(), uid+"\r\n/dev/pts/") {
 		t.Fatalf("started %+v, output %q", rr.started, rr.stdout.String())
 	}
 	if err := cw.WriteJSONFrame(protocol.ChanControl, protocol.ExecControl{Resize: &protocol.WinSize{Rows: 40, Cols: 100}}); err != nil {
