@@ -13,7 +13,8 @@ package protocol
 const (
 	// OpRunLogs reads a run's log from the given offsets: data frames, ChanGap frames for bytes
 	// no longer held, and ChanLogEnd last. With Follow it goes on until the run ended and all
-	// its output was sent.
+	// its output was sent. A refused read (unknown run, unknown stream, an offset past what
+	// the stream ever held) is one ChanError frame carrying the Error, and nothing else.
 	OpRunLogs = "run_logs"
 	// OpRunAttach reconnects to a run: ChanStarted first, then its output from the given offsets
 	// as run_logs with Follow, stdin and control frames forwarded to it, and ChanExit last (or

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -40,6 +41,12 @@ func main() {
 	os.Unsetenv(protocol.EnvRunnerToken)
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	flags := flag.NewFlagSet("tether-runner", flag.ContinueOnError)
+	runLogMax := flags.Int64("run-log-max-bytes", 0, "output kept per run, oldest dropped first (0: 128 MiB)")
+	runLogsMax := flags.Int64("run-logs-max-bytes", 0, "output kept for all runs together, finished runs' oldest first (0: 1 GiB)")
+	if err := flags.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
 	root := os.Getenv(protocol.EnvWorkspaceRoot)
 	if root == "" {
 		wd, err := os.Getwd()
@@ -64,15 +71,17 @@ func main() {
 		defer os.RemoveAll(stateDir)
 	}
 	r, err := runner.New(runner.Config{
-		StateDir:      stateDir,
-		Confine:       policy,
-		ControllerURL: os.Getenv(protocol.EnvControllerURL),
-		Token:         token,
-		AllocationID:  os.Getenv(protocol.EnvAllocationID),
-		Root:          root,
-		Version:       version,
-		Env:           withSelfOnPath(os.Environ()),
-		Logger:        log,
+		StateDir:        stateDir,
+		RunLogMaxBytes:  *runLogMax,
+		RunLogsMaxBytes: *runLogsMax,
+		Confine:         policy,
+		ControllerURL:   os.Getenv(protocol.EnvControllerURL),
+		Token:           token,
+		AllocationID:    os.Getenv(protocol.EnvAllocationID),
+		Root:            root,
+		Version:         version,
+		Env:             withSelfOnPath(os.Environ()),
+		Logger:          log,
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)
