@@ -124,6 +124,12 @@ type Run struct {
 	Kind string `json:"kind,omitempty"`
 	// Output is the tail (at most 64 KiB) of stdout and stderr, kept for provision and teardown.
 	Output string `json:"output,omitempty"`
+	// IdempotencyKey is the key the run was started with: a repeat of the same key and argv in
+	// the workspace is this run, never a second process.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Log is what the runner's log of the run holds (each stream's size and the range still
+	// held), when its runner is connected; not stored.
+	Log *protocol.RunOutput `json:"log,omitempty"`
 }
 
 // Lease is the single right to mutate a workspace. Its epoch is the fencing token every

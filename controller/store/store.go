@@ -173,7 +173,11 @@ type RunFinish struct {
 
 // Runs keeps the commands dispatched to workspaces and how they ended.
 type Runs interface {
+	// CreateRun records a new run. A run whose IdempotencyKey another run of the workspace
+	// already has is refused with CodeExists (RunByIdempotencyKey finds that one).
 	CreateRun(ctx context.Context, r api.Run) error
+	// RunByIdempotencyKey finds the workspace's run started with key (CodeNotFound if none).
+	RunByIdempotencyKey(ctx context.Context, workspaceID, key string) (api.Run, error)
 	// FinishRun records how a run ended.
 	FinishRun(ctx context.Context, f RunFinish) error
 	GetRun(ctx context.Context, id string) (api.Run, error)

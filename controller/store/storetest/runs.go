@@ -146,3 +146,39 @@ func testRunOutput(t *testing.T, s store.Store) {
 	}
 	wantCode(t, "output of a missing run", s.SetRunOutput(ctx, "run_missing", "provision", "x"), protocol.CodeNotFound)
 }
+
+// testRunKeys: an idempotency key names one run per workspace; another workspace may reuse it,
+// and runs without a key never collide.
+func testRunKeys(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	w, a := create(t, s, "keyed", base)
+	w2, a2 := create(t, s, "keyed2", base)
+	mk := func(id string, ws api.Workspace, alloc, key string) error {
+		return s.CreateRun(ctx, api.Run{ID: id, WorkspaceID: ws.ID, AllocationID: alloc, Argv: []string{"true"},
+			State: api.RunRunning, StartedAt: base, IdempotencyKey: key})
+	}
+	if err := mk("run-k1", w, a.ID, "k"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "a second run with the key", mk("run-k2", w, a.ID, "k"), protocol.CodeExists)
+	if err := mk("run-k3", w2, a2.ID, "k"); err != nil {
+		t.Fatalf("the key in another workspace: %v", err)
+	}
+	for _, id := range []string{"run-n1", "run-n2"} {
+		if err := mk(id, w, a.ID, ""); err != nil {
+			t.Fatalf("a run without a key: %v", err)
+		}
+	}
+	got, err := s.RunByIdempotencyKey(ctx, w.ID, "k")
+	if err != nil || got.ID != "run-k1" || got.IdempotencyKey != "k" {
+		t.Fatalf("RunByIdempotencyKey = %+v, %v; want run-k1", got, err)
+	}
+	if got, _ := s.GetRun(ctx, "run-n1"); got.IdempotencyKey != "" {
+		t.Fatalf("a run without a key reads back key %q", got.IdempotencyKey)
+	}
+	if _, err := s.GetRun(ctx, "run-k2"); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("the refused run was recorded: %v", err)
+	}
+	_, err = s.RunByIdempotencyKey(ctx, w.ID, "other")
+	wantCode(t, "an unknown key", err, protocol.CodeNotFound)
+}

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		// Runs
 		{"Runs", plain(testRuns)},
 		{"RunOutput", plain(testRunOutput)},
+		{"RunKeys", plain(testRunKeys)},
 		// Snapshots
 		{"ReclaimSnapshot", plain(testReclaimSnapshot)},
 		{"RemoveSnapshot", plain(testRemoveSnapshot)},
