@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -20,10 +21,6 @@ import (
 // sent waits for the runner to be reachable again: the client's own retry budget.
 const execReconnectWait = 5 * time.Second
 
-// cancelGrace bounds how long the controller waits for the exit of a command it canceled
-// because the client went away, to record it.
-const cancelGrace = 10 * time.Second
-
 var clientUpgrader = websocket.Upgrader{
 	ReadBufferSize: 64 << 10, WriteBufferSize: 256 << 10, EnableCompression: false,
 	// The operator API is bearer-token authenticated, never cookie-based: no CSRF to guard.
@@ -32,8 +29,10 @@ var clientUpgrader = websocket.Upgrader{
 
 // handleExec bridges a client's websocket to an exec stream on the runner. The client sends the
 // ExecArgs as its first message, then frames ([channel][payload]) for stdin and control; it gets
-// started, stdout, stderr and exit frames back. The run is recorded before it starts and settled
-// when the exit arrives.
+// started (with the run id, which a client needs to reattach), stdout, stderr and exit frames
+// back, or, with Detach, the started frame alone. The run is recorded before it starts and
+// settled when the exit arrives. A repeat of an idempotency key with the same argv attaches to
+// the key's run from offset 0 instead of starting another process.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	// The runner is reached here, before the upgrade, and that connection is the one used: a
 	// refusal before the upgrade is an HTTP answer the client retries (nothing ran), one after it
@@ -62,10 +61,23 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		fail(protocol.Errorf(protocol.CodeInvalidArgument, "exec needs a command"))
 		return
 	}
+	if args.TTY != nil && (args.TTY.Rows == 0 || args.TTY.Cols == 0) {
+		fail(protocol.Errorf(protocol.CodeInvalidArgument, "a terminal of %dx%d cells", args.TTY.Cols, args.TTY.Rows))
+		return
+	}
+	// The key is the controller's: the runner never sees it.
+	key := args.IdempotencyKey
+	args.IdempotencyKey = ""
 	args.RunID = newID("run_")
 	run := api.Run{ID: args.RunID, WorkspaceID: ws.ID, AllocationID: ws.AllocationID, Argv: args.Argv,
-		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: s.now()}
-	if err := s.store.CreateRun(r.Context(), run); err != nil {
+		Cwd: args.Cwd, State: api.RunRunning, Epoch: epoch, StartedAt: s.now(), IdempotencyKey: key}
+	started := s.starts.begin(run.ID)
+	defer started()
+	if err := s.store.CreateRun(r.Context(), run); protocol.CodeOf(err) == protocol.CodeExists && key != "" {
+		started()
+		s.execRepeat(r.Context(), conn, ws.ID, key, args, epoch)
+		return
+	} else if err != nil {
 		fail(err)
 		return
 	}
@@ -99,8 +111,30 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	defer st.Close()
 	b := &execBridge{s: s, client: conn, stream: st, runner: protocol.NewChannelWriter(st), runID: run.ID,
-		record: context.WithoutCancel(r.Context())}
+		record: context.WithoutCancel(r.Context()), detach: args.Detach, started: started}
 	b.serve()
+}
+
+// execRepeat answers an exec whose idempotency key a run of the workspace already has: the
+// same argv is that run (attached from offset 0, or its id alone with Detach), another one is
+// a conflict.
+func (s *Server) execRepeat(ctx context.Context, conn *websocket.Conn, workspaceID, key string, args protocol.ExecArgs, epoch uint64) {
+	run, err := s.store.RunByIdempotencyKey(ctx, workspaceID, key)
+	if err != nil {
+		failExec(conn, err)
+		return
+	}
+	if !slices.Equal(run.Argv, args.Argv) {
+		failExec(conn, protocol.Errorf(protocol.CodeConflict, "idempotency key %q is run %s, of another command (%s)", key, run.ID, strings.Join(run.Argv, " ")))
+		return
+	}
+	if args.Detach {
+		s.starts.wait(ctx, run.ID)
+		_ = conn.WriteMessage(websocket.BinaryMessage, append([]byte{byte(protocol.ChanStarted)}, mustJSON(protocol.ExecStarted{RunID: run.ID, TTY: args.TTY != nil})...))
+		_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+		return
+	}
+	s.attachBridge(ctx, conn, run, protocol.RunAttachArgs{RunID: run.ID, Stdin: args.Stdin}, epoch)
 }
 
 // failExec tells the client why its exec ends and closes the websocket normally.
@@ -119,9 +153,8 @@ func failExec(conn *websocket.Conn, err error) {
 //     settled when the runner reconnects), the stream was given up on after a cancel, or the
 //     controller is shutting down (which closes the stream).
 //   - "exec input <run>" (client → runner) is the stream's only writer: stdin and control
-//     frames. When the client goes away while the run goes on, it sends the runner a cancel and
-//     gives it cancelGrace to report the exit, then closes the stream. It ends then, or as soon
-//     as the output ended.
+//     frames. When the client goes away while the run goes on, it closes the stream: the run
+//     goes on, detached, for a reattach (see pumpInput).
 //
 // serve returns once both have ended.
 type execBridge struct {
@@ -131,6 +164,13 @@ type execBridge struct {
 	runner *protocol.ChannelWriter // frames to the runner, over stream
 	runID  string
 	record context.Context // the run's exit is recorded under it: the request's, never canceled
+	// detach ends the bridge after the started frame: the command runs on alone.
+	detach bool
+	// started, when set, is called once the runner's first frame (or the stream's end) came:
+	// repeats of the run's idempotency key wait for it before attaching.
+	started func()
+	// first, when set, is the runner's first frame, read already (an attach checks it).
+	first *frame
 }
 
 func (b *execBridge) serve() {
@@ -156,7 +196,18 @@ func (b *execBridge) pumpOutput(ctx context.Context) {
 	buf := make([]byte, 256<<10)
 	msg := make([]byte, 0, 256<<10+1)
 	for {
-		ch, p, err := protocol.ReadFrame(b.stream, buf)
+		var ch protocol.Channel
+		var p []byte
+		var err error
+		if b.first != nil {
+			ch, p, err = b.first.ch, b.first.p, b.first.err
+			b.first = nil
+		} else {
+			ch, p, err = protocol.ReadFrame(b.stream, buf)
+		}
+		if b.started != nil {
+			b.started()
+		}
 		if err != nil {
 			// The runner's socket dropped: the command keeps running there, detached; the
 			// record is settled when the runner reconnects and reports it.
@@ -165,6 +216,14 @@ func (b *execBridge) pumpOutput(ctx context.Context) {
 					"lost the connection to the runner; run %s goes on detached and is settled when the runner reconnects", b.runID))
 			}
 			return
+		}
+		if ch == protocol.ChanStarted {
+			// The run id travels in every started frame, whatever the runner sent: a client
+			// reattaches by it.
+			var started protocol.ExecStarted
+			_ = json.Unmarshal(p, &started)
+			started.RunID = b.runID
+			p = mustJSON(started)
 		}
 		if ch == protocol.ChanExit {
 			var exit protocol.ExecExit
@@ -181,7 +240,7 @@ func (b *execBridge) pumpOutput(ctx context.Context) {
 				clientOK = false
 			}
 		}
-		if ch == protocol.ChanExit {
+		if ch == protocol.ChanExit || (ch == protocol.ChanStarted && b.detach) {
 			if clientOK {
 				_ = b.client.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
 			}
@@ -190,25 +249,18 @@ func (b *execBridge) pumpOutput(ctx context.Context) {
 	}
 }
 
-// pumpInput forwards the client's input until the client goes away (or the stream refuses it);
-// then, unless the output already ended, it cancels the command and waits for the output to end
-// for at most cancelGrace before giving up on the stream.
+// pumpInput forwards the client's input until the client goes away (or the stream refuses it).
+// A client that went away without a cancel leaves the run running, as docker exec does: the
+// bridge lets go of the stream, the runner keeps the output in the run's log for a reattach
+// and reports the exit itself (run_exited). A client that wants the run ended says so with a
+// cancel control frame, which is forwarded like any other.
 func (b *execBridge) pumpInput(ctx context.Context, outputDone <-chan struct{}) {
 	b.forwardInput()
 	select {
 	case <-outputDone:
-		return
-	default:
-	}
-	_ = b.runner.WriteJSONFrame(protocol.ChanControl, protocol.ExecControl{Cancel: true})
-	grace := time.NewTimer(cancelGrace)
-	defer grace.Stop()
-	select {
-	case <-outputDone:
-	case <-grace.C:
-		b.stream.Close()
 	case <-ctx.Done():
-		// The controller is shutting down: the output pump closes the stream.
+	default:
+		b.stream.Close()
 	}
 }
 

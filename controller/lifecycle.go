@@ -338,12 +338,3 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, evs)
 }
-
-func (s *Server) handleRunShow(w http.ResponseWriter, r *http.Request) {
-	run, err := s.run(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, run)
-}

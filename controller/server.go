@@ -126,6 +126,8 @@ type Server struct {
 	// pass of the checkpoint loop.
 	busy             busySet
 	checkpointPassed func()
+	// starts marks the runs this controller is starting (idempotent repeats wait for them).
+	starts runStarts
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -303,6 +305,10 @@ func (s *Server) routes() []route {
 		// Storage spans every workspace: the operator's.
 		{"GET /v1/storage", scopeOperator, s.handleStorage},
 		{"GET /v1/runs/{id}", scopeRun, s.handleRunShow},
+		{"GET /v1/runs/{id}/logs", scopeRun, s.handleRunLogs},
+		{"GET /v1/runs/{id}/attach", scopeRun, s.handleRunAttach},
+		{"POST /v1/runs/{id}/signal", scopeRun, s.handleRunSignal},
+		{"POST /v1/runs/{id}/wait", scopeRun, s.handleRunWait},
 		{"POST /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseAcquire},
 		{"PUT /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseRenew},
 		{"DELETE /v1/workspaces/{id}/lease", scopeWorkspace, s.handleLeaseRelease},

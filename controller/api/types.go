@@ -309,3 +309,9 @@ type ServiceEndpoint struct {
 	Headers    map[string]string `json:"headers,omitempty"`
 	VerifiedAt time.Time         `json:"verified_at"`
 }
+
+// RunSignalRequest is the body of POST /v1/runs/{id}/signal: a signal's name (TERM, SIGTERM)
+// or number, as a JSON string or number.
+type RunSignalRequest struct {
+	Signal json.RawMessage `json:"signal"`
+}
