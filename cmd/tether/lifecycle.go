@@ -140,6 +140,7 @@ func newRunShowCmd(c *cli) *cobra.Command {
 				{"Run", r.ID}, {"Workspace", r.WorkspaceID}, {"Allocation", r.AllocationID}, {"Epoch", fmt.Sprint(r.Epoch)},
 				{"Command", strings.Join(r.Argv, " ")}, {"Kind", r.Kind}, {"State", r.State}, {"Exit", exitText(r)}, {"Error", r.Error},
 				{"Started", r.StartedAt.Local().Format(time.RFC3339)}, {"Duration", duration(r)},
+				{"Output", logText(r.Log)},
 			}); err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 )
 
 func newRunCmd(c *cli) *cobra.Command {
-	cmd := &cobra.Command{Use: "run", Short: "Inspect the runs of a workspace"}
+	cmd := &cobra.Command{Use: "run", Short: "Inspect, follow, signal and wait for the runs of a workspace"}
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:     "ls ID",
@@ -40,7 +40,7 @@ func newRunCmd(c *cli) *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.AddCommand(ls, newRunShowCmd(c))
+	cmd.AddCommand(ls, newRunShowCmd(c), newRunLogsCmd(c), newRunAttachCmd(c), newRunSignalCmd(c), newRunWaitCmd(c))
 	return cmd
 }
 

@@ -35,6 +35,9 @@ type ExecIO struct {
 	Gap func(protocol.LogGap)
 	// Reattaching, when set, is called each time the stream was lost and a reattach begins.
 	Reattaching func(runID string, err error)
+	// LeaveOnCancel makes ctx's end leave the run running (the stream is closed) instead of
+	// canceling it.
+	LeaveOnCancel bool
 	// ReattachFor bounds the reattach after a loss (0: DefaultReattachFor; < 0: never).
 	ReattachFor time.Duration
 }
@@ -177,7 +180,7 @@ func (s *runStream) attach(ctx context.Context, lost error) (RunResult, error) {
 }
 
 func (s *runStream) lostErr(err error) error {
-	return protocol.Errorf(protocol.CodeUnavailable, "lost the stream of run %s (%v); it goes on: tether run attach %s", s.res.RunID, err, s.res.RunID)
+	return protocol.Errorf(protocol.CodeUnavailable, "lost the stream of run %s: %v", s.res.RunID, err)
 }
 
 // follow reads one websocket until the run's exit or a refusal (done), or its loss (not done,
@@ -286,6 +289,10 @@ func (s *runStream) watch(ctx context.Context, conn *websocket.Conn, stop <-chan
 			ctl, _ := json.Marshal(protocol.ExecControl{Resize: &ws})
 			_ = s.send(append([]byte{byte(protocol.ChanControl)}, ctl...))
 		case <-ctx.Done():
+			if s.io.LeaveOnCancel {
+				conn.Close()
+				return
+			}
 			ctl, _ := json.Marshal(protocol.ExecControl{Cancel: true})
 			_ = s.send(append([]byte{byte(protocol.ChanControl)}, ctl...))
 			select {

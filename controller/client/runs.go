@@ -142,8 +142,9 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (api.Run, error) {
 		var r api.Run
 		start := time.Now()
 		err := cl.do(ctx, request{method: http.MethodPost, path: "/v1/runs/" + url.PathEscape(runID) + "/wait", idempotent: true}, &r)
-		// A wait that held for a while before it was cut is no failure of the retry budget's.
-		if err == nil || ctx.Err() != nil || protocol.CodeOf(err) != protocol.CodeUnavailable || time.Since(start) < time.Second {
+		// The retry budget counts the time the wait held too: a wait cut after holding longer
+		// than it gets a fresh one; one that failed within its budget is down for good.
+		if err == nil || ctx.Err() != nil || protocol.CodeOf(err) != protocol.CodeUnavailable || time.Since(start) < 2*DefaultReattachFor {
 			return r, err
 		}
 	}
