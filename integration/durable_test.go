@@ -1,17 +1,23 @@
 package integration
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/tetherhq/tether/controller/api"
 )
 
@@ -187,5 +193,175 @@ func TestExecClientKilledRunCompletes(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
-var _ = syscall.SIGKILL
+// tether exec -it under a real pseudo-terminal: the command gets a terminal of the local one's
+// size, which follows a resize; ^C reaches the command; the exit status passes through.
+func TestExecInteractiveTerminal(t *testing.T) {
+	c := startController(t, serveOpts{})
+	// The local provider confines with namespaces or not at all, and a terminal under namespaces
+	// is refused by the runner (see DESIGN: PTY): this sandbox confines nothing.
+	ws := c.createWorkspace(t, "--provider-opt", "isolation=none")
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.cliCmd("exec", "-it", ws.ID, "--", "sh")
+	cmd.Env = append(cmd.Env, "TERM=xterm", "PS1=$ ")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	var out syncBuffer
+	go func() { _, _ = io.Copy(&out, ptmx) }()
+	typeLine := func(s string) {
+		if _, err := ptmx.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func(re string) func() bool {
+		rx := regexp.MustCompile(re)
+		return func() bool { return rx.MatchString(out.String()) }
+	}
+	typeLine("tty\n")
+	eventually(t, 20*time.Second, "tty to print a terminal device", seen(`\n/dev/pts/\d+\r\n`))
+	typeLine("stty size; echo TERM=$TERM\n")
+	eventually(t, 10*time.Second, "stty size to say 30 100", seen(`\n30 100\r\nTERM=xterm\r\n`))
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	// The resize travels as SIGWINCH to the CLI, then a frame: ask until it arrived.
+	eventually(t, 10*time.Second, "stty size to follow the resize", func() bool {
+		if seen(`\n40 120\r\n`)() {
+			return true
+		}
+		typeLine("stty size\n")
+		return false
+	})
+	marker := fmt.Sprintf("sleep %d", 320000+os.Getpid()%1000)
+	typeLine(marker + "; echo not-interrupted\n")
+	eventually(t, 10*time.Second, "the sleep to run", func() bool { return len(hostPIDs(marker)) > 0 })
+	typeLine("\x03")
+	eventually(t, 10*time.Second, "^C to end the sleep", func() bool { return len(hostPIDs(marker)) == 0 })
+	typeLine("echo rc=$?\n")
+	eventually(t, 10*time.Second, "the interrupted status", seen(`\nrc=130\r\n`))
+	typeLine("exit 3\n")
+	if err := cmd.Wait(); exitCode(err) != 3 {
+		t.Fatalf("exec -it: want exit 3, got %v; output:\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "not-interrupted") && !strings.Contains(out.String(), "echo not-interrupted") {
+		t.Fatalf("the sleep was not interrupted:\n%s", out.String())
+	}
+}
+
+// A run writes 50 MiB of numbered lines in five steps while the runner's socket is cut three
+// times and the controller is SIGKILLed and restarted once: the exec that follows it and
+// `run logs` both reproduce every line once, in order, and --since-offset resumes exactly.
+func TestRunOutputSurvivesCutsAndControllerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MiB through cuts and a restart")
+	}
+	p := startProxy(t)
+	data := t.TempDir()
+	c := startController(t, serveOpts{data: data, extraArgs: []string{"--advertise-url", p.URL()}})
+	p.setTarget(c.Addr)
+	ws := c.createWorkspace(t)
+
+	const steps, perStep = 5, 1400000
+	var want []byte
+	var stepEnd [steps]int
+	for i := 1; i <= steps*perStep; i++ {
+		want = strconv.AppendInt(want, int64(i), 10)
+		want = append(want, '\n')
+		if i%perStep == 0 {
+			stepEnd[i/perStep-1] = len(want)
+		}
+	}
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do seq $((i*%d+1)) $(((i+1)*%d)); while [ ! -e step-$i ]; do sleep 0.05; done; i=$((i+1)); done`, steps, perStep, perStep)
+	outPath := filepath.Join(t.TempDir(), "exec.out")
+	outFile, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	execCmd := c.cliCmd("exec", ws.ID, "--", "sh", "-c", script)
+	var execErr syncBuffer
+	execCmd.Stdout, execCmd.Stderr = outFile, &execErr
+	if err := execCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	received := func(n int) func() bool {
+		return func() bool {
+			st, err := os.Stat(outPath)
+			return err == nil && st.Size() >= int64(n)
+		}
+	}
+	step := func(i int) {
+		if err := os.WriteFile(filepath.Join(ws.Root, fmt.Sprintf("step-%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	giveToAgent(t, ws.Root)
+	for i := range 3 {
+		eventually(t, 60*time.Second, fmt.Sprintf("step %d's output at the client", i), received(stepEnd[i]))
+		p.cut()
+		eventually(t, 30*time.Second, "the runner to reconnect", func() bool { return c.showWorkspace(t, ws.ID).Connected })
+		step(i)
+	}
+	eventually(t, 60*time.Second, "step 3's output at the client", received(stepEnd[3]))
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.exited
+	c2 := startController(t, serveOpts{data: data, listen: strings.TrimPrefix(c.Addr, "http://"), extraArgs: []string{"--advertise-url", p.URL()}})
+	p.setTarget(c2.Addr)
+	eventually(t, 30*time.Second, "the runner to reconnect to the restarted controller", func() bool { return c2.showWorkspace(t, ws.ID).Connected })
+	step(3)
+	eventually(t, 60*time.Second, "step 4's output at the client", received(stepEnd[4]))
+	step(4)
+	if err := execCmd.Wait(); err != nil {
+		t.Fatalf("exec through the cuts: %v; stderr %s", err, execErr.String())
+	}
+	if n := strings.Count(execErr.String(), "reattaching to run"); n < 4 {
+		t.Fatalf("exec reattached %d times through three cuts and a restart; stderr %s", n, execErr.String())
+	}
+	got, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameLines(t, "exec's output", got, want)
+
+	runs := c2.runs(t, ws.ID)
+	if len(runs) != 1 || runs[0].State != api.RunExited || runs[0].ExitCode == nil || *runs[0].ExitCode != 0 {
+		t.Fatalf("the run's record: %+v", runs)
+	}
+	logs := c2.cliCmd("run", "logs", runs[0].ID)
+	logsOut, err := logs.Output()
+	if err != nil {
+		t.Fatalf("run logs: %v", err)
+	}
+	sameLines(t, "run logs", logsOut, want)
+	for _, off := range []int{1, stepEnd[2] - 3, len(want) - 1} {
+		out, err := c2.cliCmd("run", "logs", runs[0].ID, "--stream", "stdout", "--since-offset", strconv.Itoa(off)).Output()
+		if err != nil || !bytes.Equal(out, want[off:]) {
+			t.Fatalf("run logs --since-offset %d: %d bytes (%v), want %d", off, len(out), err, len(want)-off)
+		}
+	}
+}
+
+// sameLines compares two outputs by SHA-256 and, when they differ, says where.
+func sameLines(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if sha256.Sum256(got) == sha256.Sum256(want) {
+		return
+	}
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	t.Fatalf("%s: %d bytes, want %d; first difference at byte %d: %q", what, len(got), len(want), i, got[max(0, i-20):min(len(got), i+20)])
+}
