@@ -361,8 +361,12 @@ func (s *Server) handleRunWait(w http.ResponseWriter, r *http.Request) {
 	for run.State == api.RunRunning {
 		rc, err := s.reach(ctx, run.AllocationID)
 		if err != nil {
+			// The run's record is settled when its runner says hello again (or the workspace
+			// goes): wait for that, a while at a time, re-reading the record between.
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = s.waitRunner(wctx, run.AllocationID)
+			if _, werr := s.waitRunner(wctx, run.AllocationID); werr != nil && wctx.Err() == nil {
+				<-wctx.Done() // no such allocation to wait on: do not spin on the store
+			}
 			cancel()
 			if ctx.Err() != nil {
 				return

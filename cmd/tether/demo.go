@@ -109,6 +109,9 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 		c.printf("(exit status %d)\n", exit.Status())
 	}
 
+	if err := demoDetached(ctx, c, cl, demoCLI, step, ws); err != nil {
+		return err
+	}
 	if err := demoFiles(c, demoCLI, step, ws.ID, ws.Name, tmp); err != nil {
 		return err
 	}

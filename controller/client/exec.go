@@ -90,10 +90,9 @@ type runStream struct {
 	started bool // a started frame came: the run exists, a loss is reattached
 	res     RunResult
 
-	mu        sync.Mutex
-	conn      *websocket.Conn // the current websocket; nil between attaches
-	stdinDone bool            // the input's end was sent
-	pumping   bool
+	mu      sync.Mutex
+	conn    *websocket.Conn // the current websocket; nil between attaches
+	pumping bool            // the stdin pump runs
 }
 
 func (s *runStream) send(p []byte) error {
