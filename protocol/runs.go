@@ -83,4 +83,7 @@ type LogEnd struct {
 	StderrOffset int64     `json:"stderr_offset"`
 	Finished     bool      `json:"finished"`
 	Exit         *ExecExit `json:"exit,omitempty"` // when Finished
+	// Output is what the run's log holds as the read ends (nil from a runner that does not
+	// say): how `run show` learns a run's size and the range still held.
+	Output *RunOutput `json:"output,omitempty"`
 }

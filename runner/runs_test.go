@@ -192,7 +192,7 @@ func TestRunLogsGapsUnderTinyBound(t *testing.T) {
 	if !bytes.Equal(logs.stdout.Bytes(), want[out.StdoutStart:]) {
 		t.Fatalf("stdout after the gap: %d bytes, want %d", logs.stdout.Len(), len(want)-int(out.StdoutStart))
 	}
-	if e := logs.end; e == nil || !e.Finished || e.Exit == nil || e.Exit.ExitCode != 0 || e.StdoutOffset != int64(len(want)) || e.StderrOffset != 5 {
+	if e := logs.end; e == nil || !e.Finished || e.Exit == nil || e.Exit.ExitCode != 0 || e.StdoutOffset != int64(len(want)) || e.StderrOffset != 5 || e.Output == nil || *e.Output != *out {
 		t.Fatalf("end %+v", logs.end)
 	}
 
