@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +55,40 @@ func makeRaw(f *os.File) error {
 type ttyRelay struct {
 	inner atomic.Pointer[os.File] // the sandbox terminal's master, once open
 	pid   atomic.Int64            // the command's pid (its session and group), once started
+	// sizeMu makes each copy of the size read and set the newest one: two copies interleaved
+	// could leave an older size last.
+	sizeMu sync.Mutex
+}
+
+// syncSize copies the runner's terminal's size to the sandbox's. The inner kernel signals the
+// command only when the size changed, so a copy too many costs nothing.
+func (r *ttyRelay) syncSize() error {
+	m := r.inner.Load()
+	if m == nil {
+		return nil
+	}
+	r.sizeMu.Lock()
+	defer r.sizeMu.Unlock()
+	return pty.InheritSize(os.Stdin, m)
+}
+
+// relayInput copies the keystrokes to the sandbox terminal. The size is synced before each
+// chunk: the runner sets a resize before it writes what follows it, but SIGWINCH reaches the init
+// on its own path, so without this a key typed after a resize could reach the command first.
+func (r *ttyRelay) relayInput(master *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := os.Stdin.Read(buf)
+		if n > 0 {
+			_ = r.syncSize()
+			if _, werr := master.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // onSignal handles a signal the init caught in TTY mode: a resize of the runner's terminal is
@@ -61,9 +96,7 @@ type ttyRelay struct {
 // anything else goes to the command's process group.
 func (r *ttyRelay) onSignal(sig os.Signal) {
 	if sig == syscall.SIGWINCH {
-		if m := r.inner.Load(); m != nil {
-			_ = pty.InheritSize(os.Stdin, m)
-		}
+		_ = r.syncSize()
 		return
 	}
 	if pid := r.pid.Load(); pid > 0 {
@@ -87,7 +120,7 @@ func (r *ttyRelay) openTerminal(cmd *exec.Cmd, spec initSpec) (slave *os.File, e
 	}
 	// Stored before the first copy: a resize from here on is copied again by the handler.
 	r.inner.Store(master)
-	if err := pty.InheritSize(os.Stdin, master); err != nil {
+	if err := r.syncSize(); err != nil {
 		master.Close()
 		slave.Close()
 		return nil, fmt.Errorf("terminal size: %w", err)
@@ -109,7 +142,7 @@ func (r *ttyRelay) run(cmd *exec.Cmd, slave *os.File) (initStatus, error) {
 		return initStatus{}, err
 	}
 	r.pid.Store(int64(cmd.Process.Pid))
-	go func() { _, _ = io.Copy(master, os.Stdin) }() // ends with the init
+	go r.relayInput(master) // ends with the init
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
