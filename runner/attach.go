@@ -209,6 +209,7 @@ func (r *Runner) runLogs(ctx context.Context, st *yamux.Stream, args protocol.Ru
 		exit := r.runs.status(args.RunID).Exit
 		end.Exit = &exit
 	}
+	end.Output = r.runs.status(args.RunID).Output
 	_ = cw.WriteJSONFrame(protocol.ChanLogEnd, end)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/confine"
+	"github.com/tetherhq/tether/sandbox/process"
 	"github.com/tetherhq/tether/sandbox/runlog"
 )
 
@@ -190,7 +192,7 @@ func TestRunLogsGapsUnderTinyBound(t *testing.T) {
 	if !bytes.Equal(logs.stdout.Bytes(), want[out.StdoutStart:]) {
 		t.Fatalf("stdout after the gap: %d bytes, want %d", logs.stdout.Len(), len(want)-int(out.StdoutStart))
 	}
-	if e := logs.end; e == nil || !e.Finished || e.Exit == nil || e.Exit.ExitCode != 0 || e.StdoutOffset != int64(len(want)) || e.StderrOffset != 5 {
+	if e := logs.end; e == nil || !e.Finished || e.Exit == nil || e.Exit.ExitCode != 0 || e.StdoutOffset != int64(len(want)) || e.StderrOffset != 5 || e.Output == nil || *e.Output != *out {
 		t.Fatalf("end %+v", logs.end)
 	}
 
@@ -217,7 +219,9 @@ func TestRunLogsGapsUnderTinyBound(t *testing.T) {
 }
 
 // A TTY run: `tty` names a pseudo-terminal, `stty size` follows a resize, a ^C byte reaches the
-// command as SIGINT, and its exit status passes through.
+// command as SIGINT, its exit status passes through, output with no newline at its end arrives
+// whole, and run_signal reaches the command — unconfined, as the agent uid, and in a namespace
+// sandbox, whose init relays a terminal of the sandbox's own devpts.
 func TestExecTTY(t *testing.T) {
 	t.Run("none", func(t *testing.T) {
 		_, sess := pipeRunner(t)
@@ -228,33 +232,73 @@ func TestExecTTY(t *testing.T) {
 			t.Skip("isolation uid needs root")
 		}
 		r, sess := pipeRunner(t)
-		// The agent's workspace, reachable by the agent's uid (a test's temporary directories
-		// are root's alone).
-		root, err := os.MkdirTemp("", "tether-tty-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(root) })
-		if err := os.Chown(root, 65532, 65532); err != nil {
-			t.Fatal(err)
-		}
+		root := agentDir(t, 65532)
 		r.cfg.Root, r.root = root, root
 		r.policy = confine.Policy{Mode: protocol.IsolationUID, UID: 65532, GID: 65532}
 		testTTY(t, sess, "65532")
 	})
-	t.Run("namespaces refused", func(t *testing.T) {
+	t.Run("namespaces", func(t *testing.T) {
 		r, sess := pipeRunner(t)
-		r.policy = confine.Policy{Mode: protocol.IsolationNamespaces}
-		var rr runRead
-		rr.read(t, openOp(t, sess, protocol.OpExec, protocol.ExecArgs{TTY: &protocol.WinSize{Rows: 1, Cols: 1}, Argv: []string{"true"}}), nil)
-		if rr.exit == nil || rr.exit.Error == nil || rr.exit.Error.Code != protocol.CodeUnsupported {
-			t.Fatalf("exit %+v", rr.exit)
-		}
+		r.policy = namespacesPolicy(t, r)
+		testTTY(t, sess, "1000")
 	})
 }
 
+// agentDir is a fresh directory owned by uid (a test's temporary directories are root's alone,
+// unreachable for the agent).
+func agentDir(t *testing.T, uid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tether-tty-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// namespacesPolicy confines r's commands in namespace sandboxes (the test binary is the init, see
+// TestMain), the agent mapped to host uid 65532 when the test runs as root. It skips where the
+// kernel refuses the namespaces.
+func namespacesPolicy(t *testing.T, r *Runner) confine.Policy {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := os.Getuid()
+	p := confine.Policy{Mode: protocol.IsolationNamespaces, Self: self, UID: -1, GID: -1}
+	if os.Geteuid() == 0 {
+		uid, p.UID, p.GID = 65532, 65532, 65532
+	}
+	p.Workspace = agentDir(t, uid)
+	p.StateDir = t.TempDir()
+	for _, d := range []string{"mnt", "tmp", "home"} {
+		if err := os.Mkdir(filepath.Join(p.StateDir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(p.StateDir, d), uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.cfg.Root, r.root = p.Workspace, p.Workspace
+	proc, err := process.Start(process.Spec{Argv: []string{"true"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: p.Workspace, Confiner: p})
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EACCES) {
+		t.Skipf("the kernel refuses namespaces here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit, err := proc.Wait(t.Context()); err != nil || exit.Code != 0 {
+		t.Fatalf("a confined `true`: %+v %v", exit, err)
+	}
+	return p
+}
+
 func testTTY(t *testing.T, sess *yamux.Session, uid string) {
-	script := `id -u; tty; stty size; read x; stty size; trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done`
+	script := `id -u; tty; stty size; read x; stty size; trap 'echo got-int; printf no-newline-end; exit 7' INT; echo ready; while :; do sleep 0.05; done`
 	st := openOp(t, sess, protocol.OpExec, protocol.ExecArgs{RunID: "run_tty", Stdin: true, TTY: &protocol.WinSize{Rows: 24, Cols: 80},
 		Argv: []string{"sh", "-c", script}})
 	cw := protocol.NewChannelWriter(st)
@@ -270,8 +314,9 @@ func testTTY(t *testing.T, sess *yamux.Session, uid string) {
 		t.Fatal(err)
 	}
 	rr.read(t, st, func() bool { return strings.Contains(rr.stdout.String(), "ready") })
-	if !strings.Contains(rr.stdout.String(), "40 100\r\n") {
-		t.Fatalf("no resized size in %q", rr.stdout.String())
+	// The newline typed was echoed once, by the command's terminal alone.
+	if !strings.Contains(rr.stdout.String(), "24 80\r\n\r\n40 100\r\n") {
+		t.Fatalf("no echo then resized size in %q", rr.stdout.String())
 	}
 	if err := cw.WriteFrame(protocol.ChanStdin, []byte{3}); err != nil { // ^C
 		t.Fatal(err)
@@ -279,6 +324,22 @@ func testTTY(t *testing.T, sess *yamux.Session, uid string) {
 	rr.read(t, st, nil)
 	if rr.exit == nil || rr.exit.ExitCode != 7 || !strings.Contains(rr.stdout.String(), "got-int") || rr.stderr.Len() != 0 {
 		t.Fatalf("exit %+v, output %q, stderr %q", rr.exit, rr.stdout.String(), rr.stderr.String())
+	}
+	if !strings.HasSuffix(rr.stdout.String(), "got-int\r\nno-newline-end") {
+		t.Fatalf("the output's end was cut: %q", tail(rr.stdout.String()))
+	}
+
+	// run_signal reaches a TTY command, which has a session of its own.
+	term := openOp(t, sess, protocol.OpExec, protocol.ExecArgs{RunID: "run_tty_term", TTY: &protocol.WinSize{Rows: 24, Cols: 80},
+		Argv: []string{"sh", "-c", `trap 'echo got-term; exit 9' TERM; echo ready; while :; do sleep 0.05; done`}})
+	var tr runRead
+	tr.read(t, term, func() bool { return strings.Contains(tr.stdout.String(), "ready") })
+	if res := op(t, sess, protocol.OpRunSignal, 0, protocol.RunSignalArgs{RunID: "run_tty_term", Signal: int(syscall.SIGTERM)}); !res.OK {
+		t.Fatalf("run_signal: %+v", res.Error)
+	}
+	tr.read(t, term, nil)
+	if tr.exit == nil || tr.exit.ExitCode != 9 || !strings.Contains(tr.stdout.String(), "got-term") {
+		t.Fatalf("after TERM: exit %+v, output %q", tr.exit, tr.stdout.String())
 	}
 }
 

@@ -109,6 +109,9 @@ type initSpec struct {
 	HostGID int `json:"host_gid"`
 	// StatusFD is the descriptor the init reports the command's exit on.
 	StatusFD int `json:"status_fd"`
+	// TTY says the init's stdin, stdout and stderr are a terminal (its controlling one, already
+	// raw): the command runs on a terminal of the sandbox's own, relayed to it (see tty.go).
+	TTY bool `json:"tty,omitempty"`
 }
 
 // initStatus is the init's report: how the command ended, or why it never ran.
@@ -119,6 +122,18 @@ type initStatus struct {
 }
 
 func (p Policy) confineNamespaces(cmd *exec.Cmd, workDir string) (process.Confined, error) {
+	tty := cmd.SysProcAttr.Setctty
+	if tty {
+		// A terminal command (process.Spec.Terminal): the init becomes its terminal's session
+		// leader, so it gets SIGWINCH on a resize, and relays it to the sandbox's own terminal.
+		term, ok := cmd.Stdin.(*os.File)
+		if !ok {
+			return process.Confined{}, errors.New("confine: a terminal command needs its terminal as stdin")
+		}
+		if err := makeRaw(term); err != nil {
+			return process.Confined{}, err
+		}
+	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return process.Confined{}, err
@@ -132,7 +147,7 @@ func (p Policy) confineNamespaces(cmd *exec.Cmd, workDir string) (process.Confin
 	specFD := 3 + len(cmd.ExtraFiles)
 	spec := initSpec{
 		Argv: cmd.Args, WorkDir: cleanRel(workDir), Workspace: p.Workspace, StateDir: p.StateDir,
-		AgentSocket: p.AgentSocket, Self: p.Self, StatusFD: specFD + 1,
+		AgentSocket: p.AgentSocket, Self: p.Self, StatusFD: specFD + 1, TTY: tty,
 	}
 	attr := cmd.SysProcAttr
 	attr.Cloneflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS

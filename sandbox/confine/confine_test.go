@@ -109,6 +109,7 @@ func TestNamespacesShowOnlyTheSandbox(t *testing.T) {
 		wc -c < /etc/shadow 2>/dev/null || echo noshadow
 		touch /usr/x 2>/dev/null && echo USR-WRITTEN
 		touch /x 2>/dev/null && echo ROOT-WRITTEN
+		ls /proc/self/fd | grep -qx 4 && echo STATUS-FD-INHERITED
 		echo made > made.txt && echo wrote-workspace
 		echo t > /tmp/t && echo wrote-tmp
 		grep -c . /etc/passwd
@@ -121,7 +122,7 @@ func TestNamespacesShowOnlyTheSandbox(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, bad := range []string{"SECRET-READ", "USR-WRITTEN", "ROOT-WRITTEN"} {
+	for _, bad := range []string{"SECRET-READ", "USR-WRITTEN", "ROOT-WRITTEN", "STATUS-FD-INHERITED"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("the sandbox let through %s:\n%s", bad, out)
 		}
@@ -204,7 +205,7 @@ func TestNamespacesUnprivileged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run", "^TestNamespaces(ShowOnlyTheSandbox|ReportExitAndSignal|CommandNotFound)$", "-test.count=1", "-test.v")
+	cmd := exec.Command(bin, "-test.run", "^TestNamespaces(ShowOnlyTheSandbox|ReportExitAndSignal|CommandNotFound|Terminal)$", "-test.count=1", "-test.v")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + dir, "HOME=" + dir}
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
@@ -212,7 +213,9 @@ func TestNamespacesUnprivileged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("as uid 65534: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "--- PASS: TestNamespacesShowOnlyTheSandbox") {
-		t.Fatalf("the unprivileged run did not pass the sandbox test:\n%s", out)
+	for _, name := range []string{"ShowOnlyTheSandbox", "Terminal"} {
+		if !strings.Contains(string(out), "--- PASS: TestNamespaces"+name) {
+			t.Fatalf("the unprivileged run did not pass TestNamespaces%s:\n%s", name, out)
+		}
 	}
 }

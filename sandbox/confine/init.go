@@ -43,6 +43,8 @@ func Init(args []string) int {
 	}
 	// Never unlocked: the thread carries no_new_privs, and the command is forked from it.
 	runtime.LockOSThread()
+	// Not the command's to inherit: it could forge its own report.
+	syscall.CloseOnExec(spec.StatusFD)
 	status := os.NewFile(uintptr(spec.StatusFD), "status")
 	report := func(st initStatus) int {
 		raw, _ := json.Marshal(st)
@@ -50,13 +52,22 @@ func Init(args []string) int {
 		status.Close()
 		return 0
 	}
-	// The runner signals the command's whole process group, which reaches the command directly.
-	// Handled here (an init ignores what it does not handle, but the Go runtime would exit on
-	// SIGTERM), these end nothing early; the command's exec resets them to default.
+	// The runner signals the init's whole process group, which reaches a command without a
+	// terminal directly. Handled here (an init ignores what it does not handle, but the Go
+	// runtime would exit on SIGTERM), these end nothing early; the command's exec resets them to
+	// default. A TTY command has a session of its own: the init passes them on to it.
+	var relay ttyRelay
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	if spec.TTY {
+		signal.Notify(sigs, append(forwardedTTYSignals, syscall.SIGWINCH)...)
+	} else {
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	}
 	go func() {
-		for range sigs {
+		for sig := range sigs {
+			if spec.TTY {
+				relay.onSignal(sig)
+			}
 		}
 	}()
 
@@ -67,6 +78,17 @@ func Init(args []string) int {
 	}
 	if err != nil {
 		return report(initStatus{Code: -1, Error: "sandbox: " + err.Error()})
+	}
+	if spec.TTY {
+		slave, err := relay.openTerminal(cmd, spec)
+		if err != nil {
+			return report(initStatus{Code: -1, Error: "sandbox: " + err.Error()})
+		}
+		st, err := relay.run(cmd, slave)
+		if err != nil {
+			return report(initStatus{Code: -1, Error: fmt.Sprintf("start %q: %v", spec.Argv[0], err)})
+		}
+		return report(st)
 	}
 	if err := cmd.Start(); err != nil {
 		return report(initStatus{Code: -1, Error: fmt.Sprintf("start %q: %v", spec.Argv[0], err)})

@@ -35,7 +35,8 @@ type Spec struct {
 	// Terminal says Stdin is a terminal (the slave of a pseudo-terminal, also Stdout and
 	// Stderr): the command gets a session of its own with it as its controlling terminal, so
 	// the terminal's signals (^C, SIGWINCH) reach its foreground group. The session's id is the
-	// command's pid, as its process group's is without a terminal.
+	// command's pid, as its process group's is without a terminal. A Confiner sees it as
+	// SysProcAttr.Setctty (sandbox/confine then relays it to a terminal of the sandbox's own).
 	Terminal bool
 }
 
