@@ -197,9 +197,7 @@ func TestExecClientKilledRunCompletes(t *testing.T) {
 // size, which follows a resize; ^C reaches the command; the exit status passes through.
 func TestExecInteractiveTerminal(t *testing.T) {
 	c := startController(t, serveOpts{})
-	// The local provider confines with namespaces or not at all, and a terminal under namespaces
-	// is refused by the runner (see DESIGN: PTY): this sandbox confines nothing.
-	ws := c.createWorkspace(t, "--provider-opt", "isolation=none")
+	ws := c.createWorkspace(t) // confined (namespaces): the terminal is the sandbox's own
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +215,11 @@ func TestExecInteractiveTerminal(t *testing.T) {
 	}
 	tty.Close()
 	var out syncBuffer
+	defer func() {
+		if t.Failed() {
+			t.Logf("terminal output:\n%q", out.String())
+		}
+	}()
 	go func() { _, _ = io.Copy(&out, ptmx) }()
 	typeLine := func(s string) {
 		if _, err := ptmx.Write([]byte(s)); err != nil {
@@ -228,15 +231,15 @@ func TestExecInteractiveTerminal(t *testing.T) {
 		return func() bool { return rx.MatchString(out.String()) }
 	}
 	typeLine("tty\n")
-	eventually(t, 20*time.Second, "tty to print a terminal device", seen(`\n/dev/pts/\d+\r\n`))
+	eventually(t, 20*time.Second, "tty to print a terminal device", seen(`/dev/pts/\d+\r\n`))
 	typeLine("stty size; echo TERM=$TERM\n")
-	eventually(t, 10*time.Second, "stty size to say 30 100", seen(`\n30 100\r\nTERM=xterm\r\n`))
+	eventually(t, 10*time.Second, "stty size to say 30 100", seen(`30 100\r\nTERM=xterm\r\n`))
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
 	// The resize travels as SIGWINCH to the CLI, then a frame: ask until it arrived.
 	eventually(t, 10*time.Second, "stty size to follow the resize", func() bool {
-		if seen(`\n40 120\r\n`)() {
+		if seen(`40 120\r\n`)() {
 			return true
 		}
 		typeLine("stty size\n")
@@ -248,7 +251,7 @@ func TestExecInteractiveTerminal(t *testing.T) {
 	typeLine("\x03")
 	eventually(t, 10*time.Second, "^C to end the sleep", func() bool { return len(hostPIDs(marker)) == 0 })
 	typeLine("echo rc=$?\n")
-	eventually(t, 10*time.Second, "the interrupted status", seen(`\nrc=130\r\n`))
+	eventually(t, 10*time.Second, "the interrupted status", seen(`rc=130\r\n`))
 	typeLine("exit 3\n")
 	if err := cmd.Wait(); exitCode(err) != 3 {
 		t.Fatalf("exec -it: want exit 3, got %v; output:\n%s", err, out.String())
