@@ -62,7 +62,7 @@ func (b *bench) all(ctx context.Context) error {
 		skip bool
 	}
 	steps := []step{{"starts", b.starts, false}, {"execs", b.execs, false}, {"isolation", b.isolationCost, false},
-		{"throughput", b.throughputs, false}, {"rss", b.peakRSS, false}, {"files", b.files, false},
+		{"throughput", b.throughputs, false}, {"runs", b.runs, false}, {"rss", b.peakRSS, false}, {"files", b.files, false},
 		{"snapshot", b.snapshots, b.cfg.noSnap}, {"dockerprovider", b.dockerProvider, b.cfg.noDProv},
 		{"project", b.projects, b.cfg.noProj}, {"cluster", b.cluster, b.cfg.noClust}}
 	for _, st := range steps {

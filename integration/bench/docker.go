@@ -20,7 +20,7 @@ const (
 )
 
 // busyboxApplets get a symlink in the reference image.
-var busyboxApplets = []string{"sh", "true", "head", "cat", "sleep", "ls", "wc"}
+var busyboxApplets = []string{"sh", "true", "head", "cat", "sleep", "ls", "wc", "yes"}
 
 // dockerEnv is the reference: a real dockerd, through its CLI and its Engine API.
 type dockerEnv struct {

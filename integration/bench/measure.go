@@ -17,9 +17,9 @@ import (
 
 // durStats summarizes timed samples.
 type durStats struct {
-	N        int
-	P50, P90 time.Duration
-	Min, Max time.Duration
+	N             int
+	P50, P90, P99 time.Duration
+	Min, Max      time.Duration
 }
 
 func summarize(ds []time.Duration) durStats {
@@ -28,7 +28,7 @@ func summarize(ds []time.Duration) durStats {
 	if len(s) == 0 {
 		return durStats{}
 	}
-	return durStats{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), Min: s[0], Max: s[len(s)-1]}
+	return durStats{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Min: s[0], Max: s[len(s)-1]}
 }
 
 // percentile is the nearest-rank percentile of sorted samples.
