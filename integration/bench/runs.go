@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -91,7 +92,9 @@ func (b *bench) logReplay(ctx context.Context) error {
 		return fmt.Errorf("run logs: %w", err)
 	}
 	ref, refNote := b.ref("docker logs", false, func() (float64, error) {
-		id, err := b.d.output(ctx, "run", "-d", benchImage, "sh", "-c", logCommand)
+		// The daemon's default log options may rotate at a few MiB: keep the whole output.
+		id, err := b.d.output(ctx, "run", "-d", "--log-driver", "json-file", "--log-opt", "max-size=1g", benchImage, "sh", "-c", logCommand)
+		id = strings.TrimSpace(id)
 		if err != nil {
 			return 0, err
 		}
@@ -173,6 +176,11 @@ func ptyEcho(ctx context.Context, argv, env []string) (durStats, error) {
 			}
 		}
 	}
+	// Until the CLI puts the terminal in raw mode, this terminal's own line discipline would
+	// echo the keys: timing starts once echo is off here, so every echo is the sandbox's.
+	if err := waitRaw(ctx, tty); err != nil {
+		return durStats{}, err
+	}
 	var ds []time.Duration
 	for i := range ptyWarm + ptyKeys {
 		took, err := key("abcdefghijklmnopqrstuvwxyz"[i%26])
@@ -206,4 +214,26 @@ func ptyEcho(ctx context.Context, argv, env []string) (durStats, error) {
 		return durStats{}, fmt.Errorf("%s did not exit after EOF", argv[0])
 	}
 	return summarize(ds), nil
+}
+
+// waitRaw waits until the program on tty turned its echo off (raw mode).
+func waitRaw(ctx context.Context, tty *os.File) error {
+	deadline := time.Now().Add(ptyWait)
+	for {
+		t, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+		if err != nil {
+			return fmt.Errorf("read the terminal's mode: %w", err)
+		}
+		if t.Lflag&unix.ECHO == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the terminal is still in cooked mode after %s", ptyWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
