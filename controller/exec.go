@@ -171,6 +171,9 @@ type execBridge struct {
 	started func()
 	// first, when set, is the runner's first frame, read already (an attach checks it).
 	first *frame
+	// cursor checks the output's offsets (it starts at an attach's): a gap the runner reports
+	// must continue the output, or the client would resume at the wrong byte.
+	cursor protocol.LogCursor
 }
 
 func (b *execBridge) serve() {
@@ -216,6 +219,24 @@ func (b *execBridge) pumpOutput(ctx context.Context) {
 					"lost the connection to the runner; run %s goes on detached and is settled when the runner reconnects", b.runID))
 			}
 			return
+		}
+		switch ch {
+		case protocol.ChanStdout, protocol.ChanStderr:
+			b.cursor.Data(ch, len(p))
+		case protocol.ChanGap:
+			g, err := b.cursor.Gap(p)
+			if err != nil {
+				// The runner broke the offset rule: what follows cannot be placed.
+				b.s.log.Warn("run output from the runner refused", "run", b.runID, "err", err)
+				if clientOK {
+					failExec(b.client, err)
+				}
+				return
+			}
+			p = mustJSON(g)
+		case protocol.ChanStarted, protocol.ChanExit:
+		default:
+			continue // no other channel travels from the runner to the client
 		}
 		if ch == protocol.ChanStarted {
 			// The run id travels in every started frame, whatever the runner sent: a client

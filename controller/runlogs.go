@@ -58,9 +58,41 @@ func (s *Server) handleRunLogs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	out := protocol.NewChannelWriter(w)
 	flush := http.NewResponseController(w)
+	// Every frame that moves the offsets is checked, and the JSON ones are passed on as decoded
+	// here: a client resumes from the offsets it counts, so a runner's gap that does not continue
+	// the output, or an end at other offsets, would double or drop bytes silently.
+	cursor := protocol.LogCursor{Offsets: [2]int64{args.StdoutOffset, args.StderrOffset}}
 	for {
+		var bad error
+		pass := true
 		switch ch {
-		case protocol.ChanStdout, protocol.ChanStderr, protocol.ChanGap, protocol.ChanLogEnd, protocol.ChanError:
+		case protocol.ChanStdout, protocol.ChanStderr:
+			cursor.Data(ch, len(p))
+		case protocol.ChanGap:
+			var g protocol.LogGap
+			if g, bad = cursor.Gap(p); bad == nil {
+				p = mustJSON(g)
+			}
+		case protocol.ChanLogEnd:
+			var end protocol.LogEnd
+			if end, bad = cursor.End(p); bad == nil {
+				p = mustJSON(end)
+			}
+		case protocol.ChanError:
+			var e protocol.Error
+			if json.Unmarshal(p, &e) != nil {
+				e = *protocol.Errorf(protocol.CodeInternal, "bad error frame from the runner")
+			}
+			p = mustJSON(protocol.AsError(&e))
+		default:
+			pass = false // no other channel is passed on
+		}
+		if bad != nil {
+			s.log.Warn("run log from the runner refused", "run", run.ID, "err", bad)
+			_ = out.WriteJSONFrame(protocol.ChanError, protocol.AsError(bad))
+			return
+		}
+		if pass {
 			if out.WriteFrame(ch, p) != nil {
 				return
 			}

@@ -190,7 +190,8 @@ func (s *Server) attachBridge(ctx context.Context, conn *websocket.Conn, run api
 			return
 		}
 		b := &execBridge{s: s, client: conn, stream: st, runner: protocol.NewChannelWriter(st), runID: run.ID,
-			record: context.WithoutCancel(ctx), first: &frame{ch: ch, p: p, err: err}}
+			record: context.WithoutCancel(ctx), first: &frame{ch: ch, p: p, err: err},
+			cursor: protocol.LogCursor{Offsets: [2]int64{args.StdoutOffset, args.StderrOffset}}}
 		b.serve()
 		st.Close()
 		return

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,6 +157,41 @@ func TestHostileRunner(t *testing.T) {
 		check("valid fake capture", res.Code == 0, "snapshot create: code %d, stderr %q", res.Code, res.Stderr)
 	})
 	honestWorks("lying captures")
+
+	// A runner whose run log breaks the offset rule (a gap back into bytes it sent): the
+	// controller passes the bytes before it and ends the read with corrupt, never the gap.
+	t.Run("lying-run-log", func(t *testing.T) {
+		ws := h.workspace(t, "lying-run-log")
+		res := h.c.cli(t, nil, "exec", "--detach", ws.ID, "--", "true")
+		run := strings.TrimSpace(res.Stdout)
+		check("lying-run-log start", res.Code == 0 && strings.HasPrefix(run, "run_"), "exec --detach: code %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.c.Addr+"/v1/runs/"+run+"/logs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", protocol.Bearer(h.c.Token))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET logs: %v", err)
+		}
+		defer resp.Body.Close()
+		var chans []protocol.Channel
+		var last []byte
+		for {
+			ch, p, err := protocol.ReadFrame(resp.Body, nil)
+			if err != nil {
+				break
+			}
+			chans, last = append(chans, ch), append([]byte(nil), p...)
+		}
+		var e protocol.Error
+		_ = json.Unmarshal(last, &e)
+		check("lying-run-log refused", slices.Equal(chans, []protocol.Channel{protocol.ChanStdout, protocol.ChanError}) && e.Code == protocol.CodeCorrupt,
+			"HTTP %d, frames %v, last %s; want stdout then a corrupt error", resp.StatusCode, chans, last)
+		res = h.c.cli(t, nil, "run", "logs", run)
+		check("lying-run-log CLI", res.Code != 0 && res.Stdout == "hello\n" && strings.Contains(res.Stderr, "error: corrupt:"),
+			"run logs: code %d, stdout %q, stderr %q; want hello and error corrupt", res.Code, res.Stdout, res.Stderr)
+	})
 
 	// A runner that says the service it was given a port for listens on the controller's own
 	// port: refused, and no endpoint is published.

@@ -1,5 +1,7 @@
 package protocol
 
+import "encoding/json"
+
 // Durable runs: the runner keeps every run's output in a bounded log with absolute byte offsets
 // per stream, so any reader (a reattaching client, `run logs`, a controller that restarted) can
 // continue exactly where it stopped, and is told exactly which bytes were dropped, never a
@@ -86,4 +88,63 @@ type LogEnd struct {
 	// Output is what the run's log holds as the read ends (nil from a runner that does not
 	// say): how `run show` learns a run's size and the range still held.
 	Output *RunOutput `json:"output,omitempty"`
+}
+
+// LogCursor follows a run-output stream's offsets and checks every frame that moves them
+// against the rule above: data contiguous, a gap that starts where its stream stands and ends
+// past it, a log end at the offsets reached. The runner is untrusted: a gap that went backwards
+// or an end that disagrees with the bytes sent would make a reader resume at the wrong byte
+// (output doubled or silently lost), so such a frame is CodeCorrupt and ends the read.
+type LogCursor struct {
+	Offsets [2]int64 // stdout, stderr
+}
+
+// streamIndex is a stream name's index in Offsets.
+func streamIndex(name string) (int, bool) {
+	switch name {
+	case StreamStdout:
+		return 0, true
+	case StreamStderr:
+		return 1, true
+	}
+	return 0, false
+}
+
+// Data counts n bytes of a data frame (ChanStdout or ChanStderr).
+func (c *LogCursor) Data(ch Channel, n int) {
+	if ch == ChanStderr {
+		c.Offsets[1] += int64(n)
+	} else {
+		c.Offsets[0] += int64(n)
+	}
+}
+
+// Gap decodes and checks a ChanGap payload and moves its stream to the gap's end.
+func (c *LogCursor) Gap(p []byte) (LogGap, error) {
+	var g LogGap
+	if err := json.Unmarshal(p, &g); err != nil {
+		return g, Errorf(CodeCorrupt, "bad gap frame: %v", err)
+	}
+	i, ok := streamIndex(g.Stream)
+	if !ok || g.From != c.Offsets[i] || g.To <= g.From {
+		return g, Errorf(CodeCorrupt, "gap frame %s [%d, %d) does not continue the output at %d", g.Stream, g.From, g.To, c.Offsets[min(i, 1)])
+	}
+	c.Offsets[i] = g.To
+	return g, nil
+}
+
+// End decodes and checks a ChanLogEnd payload: its offsets are where the data sent ended.
+func (c *LogCursor) End(p []byte) (LogEnd, error) {
+	var e LogEnd
+	if err := json.Unmarshal(p, &e); err != nil {
+		return e, Errorf(CodeCorrupt, "bad log end frame: %v", err)
+	}
+	if e.StdoutOffset != c.Offsets[0] || e.StderrOffset != c.Offsets[1] {
+		return e, Errorf(CodeCorrupt, "log end at %d/%d, but the output sent ends at %d/%d",
+			e.StdoutOffset, e.StderrOffset, c.Offsets[0], c.Offsets[1])
+	}
+	if e.Finished != (e.Exit != nil) {
+		return e, Errorf(CodeCorrupt, "log end says finished=%t with exit %v", e.Finished, e.Exit)
+	}
+	return e, nil
 }

@@ -240,15 +240,12 @@ func (s *runStream) follow(ctx context.Context, conn *websocket.Conn) (done bool
 			}
 			s.res.Offsets[1] += int64(len(p))
 		case protocol.ChanGap:
-			var g protocol.LogGap
-			if err := json.Unmarshal(p, &g); err != nil {
-				return true, protocol.Errorf(protocol.CodeInternal, "bad gap frame: %v", err)
+			cur := protocol.LogCursor{Offsets: s.res.Offsets}
+			g, err := cur.Gap(p)
+			if err != nil {
+				return true, err
 			}
-			if g.Stream == protocol.StreamStderr {
-				s.res.Offsets[1] = g.To
-			} else {
-				s.res.Offsets[0] = g.To
-			}
+			s.res.Offsets = cur.Offsets
 			if s.io.Gap != nil {
 				s.io.Gap(g)
 			}

@@ -94,15 +94,12 @@ func (c *Client) readLogs(ctx context.Context, runID string, o RunLogsOptions, o
 			offs[i] += int64(len(p))
 			progressed = true
 		case protocol.ChanGap:
-			var g protocol.LogGap
-			if err := json.Unmarshal(p, &g); err != nil {
-				return protocol.LogEnd{}, progressed, protocol.Errorf(protocol.CodeInternal, "bad gap frame: %v", err)
+			cur := protocol.LogCursor{Offsets: *offs}
+			g, err := cur.Gap(p)
+			if err != nil {
+				return protocol.LogEnd{}, progressed, err
 			}
-			if g.Stream == protocol.StreamStderr {
-				offs[1] = g.To
-			} else {
-				offs[0] = g.To
-			}
+			*offs = cur.Offsets
 			progressed = true
 			if o.Gap != nil {
 				o.Gap(g)

@@ -263,6 +263,20 @@ func (h *hostile) handle(st *yamux.Stream) {
 		var args protocol.SnapshotCaptureArgs
 		_ = json.Unmarshal(hdr.Args, &args)
 		h.capture(st, args)
+	case protocol.OpExec:
+		// Starts nothing; says it started, as a detached run's stream ends.
+		var args protocol.ExecArgs
+		_ = json.Unmarshal(hdr.Args, &args)
+		_ = protocol.NewChannelWriter(st).WriteJSONFrame(protocol.ChanStarted, protocol.ExecStarted{PID: os.Getpid(), RunID: args.RunID})
+	case protocol.OpRunLogs:
+		// lying-run-log: six bytes, then a gap that goes back into them (a reader that took it
+		// would resume at byte 2 and print bytes 2–5 twice), then an end.
+		cw := protocol.NewChannelWriter(st)
+		_ = cw.WriteFrame(protocol.ChanStdout, []byte("hello\n"))
+		_ = cw.WriteJSONFrame(protocol.ChanGap, protocol.LogGap{Stream: protocol.StreamStdout, From: 2, To: 4})
+		_ = cw.WriteFrame(protocol.ChanStdout, []byte("llo\n"))
+		_ = cw.WriteJSONFrame(protocol.ChanLogEnd, protocol.LogEnd{StdoutOffset: 8})
+		h.report(map[string]any{"mode": h.mode, "event": "lied about a run log"})
 	default:
 		_ = protocol.WriteJSON(st, protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "hostile runner: %s", hdr.Op)})
 	}
