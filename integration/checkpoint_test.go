@@ -24,11 +24,15 @@ func (c *controllerProc) fork(t *testing.T, ws string, args ...string) api.ForkR
 // controller, real runner, real time: the test polls the API.
 func TestCheckpointReceipt(t *testing.T) {
 	c := startController(t, serveOpts{})
-	ws := c.createWorkspace(t, "--name", "cp", "--checkpoint-every", "1s")
-	if got := c.showWorkspace(t, "cp"); got.CheckpointEvery == nil || time.Duration(got.CheckpointInterval) != time.Second {
-		t.Fatalf("created with --checkpoint-every 1s: %+v", got)
+	// Created with an interval no check reaches during the test, so the first checkpoint is of
+	// the tree the exec below wrote, however long the exec takes on a loaded machine (with 1s, an
+	// exec slower than a second left a checkpoint of the empty tree first); then set to 1s.
+	ws := c.createWorkspace(t, "--name", "cp", "--checkpoint-every", "1h")
+	if got := c.showWorkspace(t, "cp"); got.CheckpointEvery == nil || time.Duration(got.CheckpointInterval) != time.Hour {
+		t.Fatalf("created with --checkpoint-every 1h: %+v", got)
 	}
 	c.mustCLI(t, "exec", "cp", "--", "sh", "-c", "echo one > one.txt")
+	c.mustCLI(t, "workspace", "update", "cp", "--checkpoint-every", "1s")
 	var first api.Snapshot
 	eventually(t, 60*time.Second, "a checkpoint receipt", func() bool {
 		list := c.snapshots(t, "cp")
