@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/gitsource"
+	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/peer"
 	"github.com/tetherhq/tether/controller/project"
@@ -86,6 +87,11 @@ type Config struct {
 	// CheckpointEvery is the default interval of automatic checkpoints for a workspace that has
 	// none of its own (0: off).
 	CheckpointEvery time.Duration
+	// ForwardPorts are the ports clients may reach in any workspace besides its services'
+	// (tether serve --forward-ports): the operator's explicit list, empty by default.
+	ForwardPorts forward.Ports
+	// ForwardLimits bound the connections and bandwidth forwarded into each workspace.
+	ForwardLimits forward.Limits
 }
 
 // Server is a running controller.
@@ -128,6 +134,8 @@ type Server struct {
 	checkpointPassed func()
 	// starts marks the runs this controller is starting (idempotent repeats wait for them).
 	starts runStarts
+	// forwards counts the connections (and paces the bytes) forwarded into each workspace.
+	forwards *forward.Limiter
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -220,6 +228,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		routines: routines, ctx: routines.Context(),
 		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
+		forwards: forward.NewLimiter(cfg.ForwardLimits),
 	}
 	s.members = peer.NewMembership(st, store.Member{ID: s.id, Address: cfg.PeerURL, Version: cfg.Version, StartedAt: s.now()},
 		cfg.Membership, cfg.Clock, cfg.Logger)

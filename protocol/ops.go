@@ -90,6 +90,7 @@ var ops = [...]OpSpec{
 	{Name: OpRunLogs, Direction: ControllerToRunner, Args: reflect.TypeFor[RunLogsArgs]()},
 	{Name: OpRunAttach, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunAttachArgs]()},
 	{Name: OpRunSignal, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunSignalArgs]()},
+	{Name: OpTCPDial, Direction: ControllerToRunner, Args: reflect.TypeFor[TCPDialArgs]()},
 
 	// The Hello travels after the header, not in its Args.
 	{Name: OpHello, Direction: RunnerToController},

@@ -40,6 +40,7 @@ var handlers = map[string]opHandler{
 	protocol.OpRunLogs:         stream((*Runner).runLogs).refusedWith(refuseLogs),
 	protocol.OpRunAttach:       stream((*Runner).runAttach).refusedWith(refuseExec),
 	protocol.OpRunSignal:       reply((*Runner).runSignal),
+	protocol.OpTCPDial:         stream((*Runner).tcpDial),
 }
 
 // An opHandler is how the runner serves one operation.

@@ -1,0 +1,40 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/tetherhq/tether/protocol"
+)
+
+// DialWait bounds the runner's answer to a dial: its own connect is bounded at 10 s.
+const DialWait = 15 * time.Second
+
+// Dial connects to a TCP port inside the sandbox through the runner (protocol.OpTCPDial). The
+// connection is the operation's stream: Close half-closes it (the peer sees EOF, and the stream
+// ends once the sandbox side closes too), CloseWrite does the same. Which ports may be reached is
+// the caller's to decide before it dials.
+func (c *Conn) Dial(ctx context.Context, port int) (net.Conn, error) {
+	st, err := c.Open(protocol.OpTCPDial, "", 0, protocol.TCPDialArgs{Port: port})
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	_ = st.SetReadDeadline(time.Now().Add(DialWait))
+	tr, err := ReadTrailer(st)
+	if !stop() {
+		st.Close()
+		return nil, fmt.Errorf("dial port %d: %w", port, ctx.Err())
+	}
+	if err == nil {
+		err = DecodeResult(tr, nil)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	return st, nil
+}
