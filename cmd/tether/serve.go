@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/controller/retention"
 )
 
@@ -26,6 +27,8 @@ type serveFlags struct {
 	http                                             controller.HTTPLimits
 	runners                                          controller.RunnerLimits
 	retention                                        api.RetentionPolicy
+	forwardPorts                                     string
+	forwardLimits                                    forward.Limits
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -83,6 +86,9 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().IntVar(&f.runners.MaxManifestEntries, "max-manifest-entries", controller.DefaultMaxManifestEntries, "most entries one snapshot may hold")
 	cmd.Flags().Int64Var(&f.runners.MaxManifestBytes, "max-manifest-bytes", controller.DefaultMaxManifestBytes, "largest snapshot manifest, in bytes")
 	cmd.Flags().IntVar(&f.runners.MaxStrikes, "runner-max-strikes", controller.DefaultRunnerMaxStrikes, "budget violations after which a runner is disconnected")
+	cmd.Flags().StringVar(&f.forwardPorts, "forward-ports", "", "ports clients may reach in any workspace besides its services' (proxy, port-forward): a list of ports and ranges, e.g. 5432,8000-8999 (default: none)")
+	cmd.Flags().IntVar(&f.forwardLimits.MaxConns, "forward-max-conns", forward.DefaultMaxConns, "connections the controller forwards into one workspace at once (proxy, previews, port-forward)")
+	cmd.Flags().Int64Var(&f.forwardLimits.BytesPerSecond, "forward-bytes-per-second", 0, "bandwidth of the connections forwarded into one workspace, both ways together, in bytes per second (0: unlimited)")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd
 }
@@ -106,7 +112,13 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		ReadyTimeout: f.readyTimeout, DefaultProvider: f.provider, Version: version,
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
-		Retention: f.retention, CheckpointEvery: f.checkpointEvery,
+		Retention: f.retention, CheckpointEvery: f.checkpointEvery, ForwardLimits: f.forwardLimits,
+	}
+	if cfg.ForwardPorts, err = forward.ParsePorts(f.forwardPorts); err != nil {
+		return cfg, usageError{fmt.Errorf("--forward-ports: %w", err)}
+	}
+	if f.forwardLimits.MaxConns < 1 || f.forwardLimits.BytesPerSecond < 0 {
+		return cfg, usageError{fmt.Errorf("--forward-max-conns must be at least 1 and --forward-bytes-per-second not negative")}
 	}
 	if err := retention.Check(f.retention); err != nil {
 		return cfg, usageError{err}
