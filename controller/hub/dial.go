@@ -21,7 +21,10 @@ func (c *Conn) Dial(ctx context.Context, port int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { st.Close() })
+	stop := context.AfterFunc(ctx, func() {
+		_ = st.SetReadDeadline(time.Now()) // the wait for the answer ends now
+		st.Close()
+	})
 	_ = st.SetReadDeadline(time.Now().Add(DialWait))
 	tr, err := ReadTrailer(st)
 	if !stop() {
