@@ -80,7 +80,7 @@ accepted while the runner is away waits for it to reconnect (up to 30s); a refus
 stderr and closed, and the listener stays up. Ctrl-C stops forwarding.`,
 		Args: func(cmd *cobra.Command, a []string) error {
 			if len(a) < 2 {
-				return usageError{fmt.Errorf("usage: tether port-forward ID [LOCAL:]REMOTE...")}
+				return usageError{fmt.Errorf("usage: tether port-forward ID [LOCAL:]REMOTE [...]")}
 			}
 			return nil
 		},
