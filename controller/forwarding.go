@@ -22,6 +22,16 @@ type forwardedConn struct {
 	Grant *forward.Grant
 }
 
+// CloseWrite half-closes the connection (the runner's stream sends its FIN) and keeps the slot:
+// the answer may still be on its way.
+func (c *forwardedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	// A yamux stream's Close is its half-close.
+	return c.Conn.Close()
+}
+
 func (c *forwardedConn) Close() error {
 	err := c.Conn.Close()
 	c.Grant.Release()

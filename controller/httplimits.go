@@ -101,6 +101,15 @@ func (c *slotConn) Close() error {
 	return err
 }
 
+// CloseWrite keeps the inner connection's half-close for a hijacked connection that carries a
+// TCP stream (port-forward): without it the copy could only close the connection whole.
+func (c *slotConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
 // ReadFrom keeps the inner connection's sendfile/splice path for response bodies copied from
 // files (snapshot archives): net/http looks for it on the connection it was handed.
 func (c *slotConn) ReadFrom(r io.Reader) (int64, error) {

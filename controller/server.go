@@ -340,6 +340,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}/services/{name}/logs", scopeWorkspace, s.handleServiceLogs},
 		{"GET /v1/workspaces/{id}/services/{name}/endpoint", scopeWorkspace, s.handleServiceEndpoint},
 		{"POST /v1/workspaces/{id}/services/{name}/stop", scopeWorkspace, s.handleServiceStop},
+		{"GET /v1/workspaces/{id}/services/{name}/connect", scopeWorkspace, s.handleConnectService},
+		{"GET /v1/workspaces/{id}/ports/{port}/connect", scopeWorkspace, s.handleConnectPort},
 		{"GET " + files, scopeWorkspace, s.handleFilesGet},
 		{"PUT " + files, scopeWorkspace, s.handleFilesPut},
 		{"DELETE " + files, scopeWorkspace, s.handleFilesDelete},

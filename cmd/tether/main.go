@@ -85,6 +85,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newSnapshotCmd(c),
 		newArtifactCmd(c),
 		newServiceCmd(c),
+		newPortForwardCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
 		newProviderCmd(c),

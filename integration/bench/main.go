@@ -2,7 +2,8 @@
 // the same run, its snapshots against tar and zstd on the same tree, and its Git project
 // workspaces against git clone (and docker cp) of the same repository, and what a cluster of
 // controllers behind HAProxy adds to a request (against one controller called directly) and how
-// long a failover takes, and prints a Markdown table (or JSON) of the figures and their ratios.
+// long a failover takes, and what reaching a service in a workspace through the controller's
+// HTTP proxy and port-forward costs (against the same server reached directly), and prints a Markdown table (or JSON) of the figures and their ratios.
 // `make bench` runs it with TETHER_BIN_DIR pointing at freshly built binaries. It asserts
 // nothing about timings.
 package main
@@ -36,12 +37,13 @@ type config struct {
 	noDProv  bool // skip the Docker provider rows
 	noProj   bool // skip the project workspace rows
 	noClust  bool // skip the cluster rows
+	noReach  bool // skip the reach rows (proxy and port-forward beside direct)
 	// clusterFileSize is the file the cluster rows get; failovers how many times they kill the
 	// runner's owner.
 	clusterFileSize int64
 	failovers       int
 	// only, when not empty, names the steps to run (starts, execs, isolation, throughput, rss,
-	// files, snapshot, dockerprovider, project, cluster): iterating on one path need not wait
+	// files, snapshot, dockerprovider, project, cluster, reach): iterating on one path need not wait
 	// for the others.
 	only map[string]bool
 }
@@ -62,10 +64,11 @@ func main() {
 	flag.BoolVar(&cfg.noProj, "no-project", false, "skip the Git project rows (project create, and isolated project workspaces on the local and Docker providers)")
 	flag.BoolVar(&cfg.noDProv, "no-docker-provider", false, "skip the Docker provider rows (workspace start and 256 MiB file transfer in a container)")
 	flag.BoolVar(&cfg.noClust, "no-cluster", false, "skip the cluster rows (controllers on PostgreSQL and MinIO behind HAProxy, each in a network namespace: needs root, haproxy, PostgreSQL and MinIO)")
+	flag.BoolVar(&cfg.noReach, "no-reach", false, "skip the reach rows (small GETs and a 256 MiB GET of a devserver in a workspace through the HTTP proxy and port-forward, beside it reached directly)")
 	flag.Int64Var(&clusterMiB, "cluster-file-mib", 64, "MiB of the file the cluster rows get")
 	flag.IntVar(&cfg.failovers, "failovers", 5, "times the cluster rows kill the runner's owner (the median is reported)")
 	var only string
-	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, project, cluster); all when empty")
+	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, project, cluster, reach); all when empty")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()

@@ -16,7 +16,7 @@ const (
 )
 
 // ratioNote says how to read the ratio column.
-const ratioNote = "ratio = tether / reference: below 1 is better for times, sizes and memory; above 1 is better for throughput (MiB/s)."
+const ratioNote = "ratio = tether / reference: below 1 is better for times, sizes and memory; above 1 is better for throughput (MiB/s, req/s)."
 
 // result is one row of the table: a tether figure beside a reference measured in the same run.
 type result struct {
@@ -53,7 +53,7 @@ func (r *report) add(res result) {
 	}
 	if res.Better == "" {
 		res.Better = "lower"
-		if res.Unit == unitMiBps {
+		if res.Unit == unitMiBps || res.Unit == unitRPS {
 			res.Better = "higher"
 		}
 	}
@@ -81,6 +81,8 @@ func formatValue(v *float64, unit string) string {
 		return fmt.Sprintf("%.2f ms", *v)
 	case unitMiBps:
 		return fmt.Sprintf("%.0f MiB/s", *v)
+	case unitRPS:
+		return fmt.Sprintf("%.0f req/s", *v)
 	}
 	return fmt.Sprintf("%g %s", *v, unit)
 }
