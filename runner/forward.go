@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -52,6 +53,12 @@ func dialLoopback(ctx context.Context, port int) (*net.TCPConn, error) {
 	return nil, protocol.Errorf(protocol.CodeUnavailable, "nothing accepts connections on port %d in the sandbox: %v", port, errors.Join(errs...))
 }
 
+// halfClosedStall bounds how long the sandbox's side may go on sending to a controller that
+// closed its half and stopped reading: yamux has no reset, so a controller that cut the
+// connection only half-closes the stream, and without this the copy would block on a full window
+// until yamux's close timeout (minutes), holding the sandbox's connection.
+const halfClosedStall = 30 * time.Second
+
 // splice copies both ways until both halves are closed. A half that ends cleanly half-closes the
 // other side (a FIN either way), so protocols that shut down their writing half work; a half
 // that fails cuts the whole connection.
@@ -64,15 +71,19 @@ func splice(ctx context.Context, st *yamux.Stream, conn *net.TCPConn) {
 	}
 	stop := context.AfterFunc(ctx, cut)
 	defer stop()
+	var controllerClosed atomic.Bool
 	inbound := make(chan error, 1)
 	go func() {
 		_, err := io.CopyBuffer(conn, st, make([]byte, spliceBuffer))
 		if err == nil {
+			controllerClosed.Store(true)
+			// A write already blocked on a full window takes the bound too (yamux wakes it).
+			_ = st.SetWriteDeadline(time.Now().Add(halfClosedStall))
 			err = conn.CloseWrite()
 		}
 		inbound <- err
 	}()
-	_, err := io.CopyBuffer(st, conn, make([]byte, spliceBuffer))
+	err := copyOut(st, conn, &controllerClosed)
 	if err != nil {
 		cut()
 	} else {
@@ -80,5 +91,28 @@ func splice(ctx context.Context, st *yamux.Stream, conn *net.TCPConn) {
 	}
 	if err := <-inbound; err != nil {
 		cut()
+	}
+}
+
+// copyOut copies the sandbox's side to the stream; once the controller has closed its half, each
+// write must make progress within halfClosedStall.
+func copyOut(st *yamux.Stream, conn *net.TCPConn, controllerClosed *atomic.Bool) error {
+	buf := make([]byte, spliceBuffer)
+	for {
+		n, rerr := conn.Read(buf)
+		if n > 0 {
+			if controllerClosed.Load() {
+				_ = st.SetWriteDeadline(time.Now().Add(halfClosedStall))
+			}
+			if _, err := st.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
 	}
 }
