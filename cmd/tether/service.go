@@ -22,7 +22,7 @@ const logsRetryFor = 2 * time.Minute
 
 func newServiceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "service", Aliases: []string{"svc"}, Short: "Start, list, read logs of, reach and stop a workspace's services"}
-	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceStopCmd(c))
+	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceURLCmd(c), newServiceStopCmd(c))
 	return cmd
 }
 
@@ -200,8 +200,8 @@ func newServiceLogsCmd(c *cli) *cobra.Command {
 func newServiceEndpointCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "endpoint ID NAME",
-		Short: "Print where a ready service answers (only once the controller itself reached it)",
+		Use:   "endpoint ID NAME [--json]",
+		Short: "Print the URL a ready service is reached at through the controller's proxy (needs the operator token; --json: details)",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
@@ -215,15 +215,80 @@ func newServiceEndpointCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(ep)
 			}
+			// The URL alone, so $(tether service endpoint …) is usable as it is.
 			c.printf("%s\n", ep.URL)
-			for k, v := range ep.Headers {
-				c.printf("  header %s: %s\n", k, v)
-			}
-			c.printf("  verified %s\n", ep.VerifiedAt.Local().Format(time.RFC3339))
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the endpoint as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the endpoint as JSON: the proxy URL, the headers it needs, the provider's own address")
+	return cmd
+}
+
+func newServiceURLCmd(c *cli) *cobra.Command {
+	var asJSON, revoke, list bool
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "url ID NAME [--ttl 1h] [--json] | --revoke | --list",
+		Short: "Print a preview link of a ready service: a URL a browser opens without the operator token, until it expires or is revoked",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if revoke && list {
+				return usageError{fmt.Errorf("--revoke and --list do not go together")}
+			}
+			if cmd.Flags().Changed("ttl") && (revoke || list) {
+				return usageError{fmt.Errorf("--ttl goes with a new link, not with --revoke or --list")}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			switch {
+			case revoke:
+				n, err := cl.RevokePreviews(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(api.PreviewsRevoked{Revoked: n})
+				}
+				c.printf("revoked %d preview link(s) of service %s\n", n, args[1])
+				return nil
+			case list:
+				ps, err := cl.ListPreviews(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(ps)
+				}
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PREVIEW\tSTATE\tCREATED\tEXPIRES")
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.ID, p.State, p.CreatedAt.Local().Format(time.RFC3339), p.ExpiresAt.Local().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			}
+			var ttlArg string
+			if cmd.Flags().Changed("ttl") {
+				ttlArg = ttl.String()
+			}
+			p, err := cl.CreatePreview(ctx, args[0], args[1], ttlArg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(p)
+			}
+			c.printf("%s\n", p.URL)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", time.Hour, "how long the link works (at most 168h)")
+	f.BoolVar(&revoke, "revoke", false, "revoke every live preview link of the service")
+	f.BoolVar(&list, "list", false, "list the service's preview links (without their URLs)")
+	f.BoolVar(&asJSON, "json", false, "print as JSON (a new link: its id, path URL, expiry)")
 	return cmd
 }
 

@@ -334,8 +334,8 @@ type Previews interface {
 	// ListPreviews lists a workspace's previews of service by creation time, revoked and
 	// expired ones included.
 	ListPreviews(ctx context.Context, workspaceID, service string) ([]Preview, error)
-	// RevokePreviews revokes every live preview of the service at at and says how many; those
-	// already revoked keep their time.
+	// RevokePreviews revokes every live preview of the service at at (neither revoked nor
+	// expired then) and says how many; those already revoked keep their time.
 	RevokePreviews(ctx context.Context, workspaceID, service string, at time.Time) (int, error)
 	// PurgePreviews forgets the previews that expired or were revoked before before, and says
 	// how many.

@@ -60,8 +60,8 @@ func (s *DB) ListPreviews(ctx context.Context, workspaceID, service string) ([]s
 }
 
 func (s *DB) RevokePreviews(ctx context.Context, workspaceID, service string, at time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE previews SET revoked_at = ? WHERE workspace_id = ? AND service = ? AND revoked_at IS NULL`),
-		at.UTC(), workspaceID, service)
+	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE previews SET revoked_at = ? WHERE workspace_id = ? AND service = ? AND revoked_at IS NULL AND expires_at > ?`),
+		at.UTC(), workspaceID, service, at.UTC())
 	return rowsAffected(res, err)
 }
 
