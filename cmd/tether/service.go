@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -318,8 +319,8 @@ func newServiceStopCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-// demoService starts a small HTTP service in the demo's workspace, fetches its verified
-// endpoint, shows its log and stops it. The sandbox has no Go toolchain: it uses python3's
+// demoService starts a small HTTP service in the demo's workspace, prints its proxy URL, makes a
+// preview link and fetches the service once through it, shows its log and stops it. The sandbox has no Go toolchain: it uses python3's
 // http.server, or a netcat loop, and skips with a note when it has neither.
 func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
 	var probe bytes.Buffer
@@ -342,8 +343,18 @@ func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(..
 		return err
 	}
 	c.printf("service %s %s%s (pid %d)\n", v.Name, v.State, withPort(v.Port), v.PID)
-	step("tether service endpoint %s web   # reported only once the controller reached it", ws.Name)
+	step("tether service endpoint %s web   # the controller's proxy URL (needs the operator token)", ws.Name)
 	if err := demoCLI("service", "endpoint", ws.ID, "web"); err != nil {
+		return err
+	}
+	step("tether service url %s web --ttl 10m   # a preview link a browser opens without the token", ws.Name)
+	p, err := cl.CreatePreview(ctx, ws.ID, "web", "10m")
+	if err != nil {
+		return err
+	}
+	c.printf("%s\n", p.URL)
+	step("curl %s   # through the controller and the runner, no token", p.URL)
+	if err := demoFetch(ctx, c, p.URL); err != nil {
 		return err
 	}
 	step("tether service logs %s web", ws.Name)
@@ -352,4 +363,26 @@ func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(..
 	}
 	step("tether service stop %s web   # returns once the processes are gone and the port is closed", ws.Name)
 	return demoCLI("service", "stop", ws.ID, "web")
+}
+
+// demoFetch GETs u and prints its status and the first lines of its body.
+func demoFetch(ctx context.Context, c *cli, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	lines := strings.SplitN(string(b), "\n", 4)
+	c.printf("%s\n%s\n", resp.Status, strings.Join(lines[:min(len(lines), 3)], "\n"))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return nil
 }
