@@ -243,3 +243,27 @@ func TestRewriteLocation(t *testing.T) {
 		t.Errorf("on the preview host: %q; want /x", got)
 	}
 }
+
+// A port that is not one of the workspace's services' nor the operator's is refused before
+// anything is dialed; a stopped service's port is unavailable.
+func TestDialPortRule(t *testing.T) {
+	tc := newTestController(t)
+	ws := previewFixture(t, tc)
+	ctx := context.Background()
+	for _, c := range []struct {
+		port int
+		code protocol.Code
+	}{
+		{5432, protocol.CodeInvalidArgument},
+		{0, protocol.CodeInvalidArgument},
+		{70000, protocol.CodeInvalidArgument},
+		{41235, protocol.CodeUnavailable}, // db, stopped
+	} {
+		if _, err := tc.s.dialPort(ctx, ws, c.port); protocol.CodeOf(err) != c.code {
+			t.Errorf("dial port %d: %v; want %s", c.port, err, c.code)
+		}
+	}
+	if n := tc.s.forwards.Open(ws.ID); n != 0 {
+		t.Fatalf("%d connections counted after refused dials", n)
+	}
+}

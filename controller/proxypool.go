@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/protocol"
 )
 
 // The proxy's connections into a service are kept between requests: each new one costs a
@@ -67,15 +68,20 @@ func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport
 		p.m[oldest].t.CloseIdleConnections()
 		delete(p.m, oldest)
 	}
-	port := v.Port
+	port, name := v.Port, v.Name
 	t := &http.Transport{
 		// Every connection is dialed by the workspace's runner inside the sandbox, counted
 		// against the workspace's limit and paced by its bandwidth; the address the transport
-		// asks for is only its pool key.
+		// asks for is only its pool key. The service is checked again at the dial: still
+		// ready, still on the port this transport is for.
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, err := s.dialAllowed(ctx, ws, port)
+			c, now, err := s.dialService(ctx, ws, name)
 			if err != nil {
 				return nil, err
+			}
+			if now.Port != port {
+				c.Close()
+				return nil, protocol.Errorf(protocol.CodeUnavailable, "service %s moved to port %d; ask again", name, now.Port)
 			}
 			return &pacedConn{forwardedConn: c, ctx: s.ctx}, nil
 		},
