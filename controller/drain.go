@@ -45,6 +45,8 @@ func (s *Server) drain(api *http.Server) {
 		_ = api.Shutdown(ctx)
 	}()
 	defer func() { <-shut }()
+	// An idle proxied connection is a stream on a runner: it would hold the wait below.
+	s.closeIdleProxies()
 	if ids, err := s.store.DisownAllocations(ctx, s.id); err != nil {
 		// Peers then take the runners over once this controller's heartbeat expires.
 		s.log.Warn("shutdown: disown the runners held here", "err", err)

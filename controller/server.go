@@ -92,6 +92,10 @@ type Config struct {
 	ForwardPorts forward.Ports
 	// ForwardLimits bound the connections and bandwidth forwarded into each workspace.
 	ForwardLimits forward.Limits
+	// PreviewListener, when set with PreviewDomain, serves preview links by host name:
+	// {token}.PreviewDomain reaches the link's service at / (tether serve --preview-listen).
+	PreviewListener net.Listener
+	PreviewDomain   string
 }
 
 // Server is a running controller.
@@ -136,6 +140,8 @@ type Server struct {
 	starts runStarts
 	// forwards counts the connections (and paces the bytes) forwarded into each workspace.
 	forwards *forward.Limiter
+	// proxies are the HTTP proxy's transports into services, by workspace and service.
+	proxies proxyPool
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -281,6 +287,9 @@ func (s *Server) Handler() http.Handler {
 		op.Handle(rt.pattern, s.guard(rt))
 	}
 	mux.Handle("/v1/", s.counted(s.peerOrOperator(s.requireOperator(op), op)))
+	// Preview links carry their own token, not the operator's: outside /v1/ and its auth.
+	mux.Handle("/p/{token}/{path...}", s.counted(http.HandlerFunc(s.handlePreviewPath)))
+	mux.HandleFunc("/p/{token}", redirectSlash)
 	return mux
 }
 
@@ -342,6 +351,12 @@ func (s *Server) routes() []route {
 		{"POST /v1/workspaces/{id}/services/{name}/stop", scopeWorkspace, s.handleServiceStop},
 		{"GET /v1/workspaces/{id}/services/{name}/connect", scopeWorkspace, s.handleConnectService},
 		{"GET /v1/workspaces/{id}/ports/{port}/connect", scopeWorkspace, s.handleConnectPort},
+		// Any method: the proxy carries the app's own.
+		{"/v1/workspaces/{id}/services/{name}/proxy/{path...}", scopeWorkspace, s.handleServiceProxy},
+		{"/v1/workspaces/{id}/services/{name}/proxy", scopeWorkspace, s.handleServiceProxyRoot},
+		{"POST /v1/workspaces/{id}/services/{name}/previews", scopeWorkspace, s.handlePreviewCreate},
+		{"GET /v1/workspaces/{id}/services/{name}/previews", scopeWorkspace, s.handlePreviewList},
+		{"DELETE /v1/workspaces/{id}/services/{name}/previews", scopeWorkspace, s.handlePreviewRevoke},
 		{"GET " + files, scopeWorkspace, s.handleFilesGet},
 		{"PUT " + files, scopeWorkspace, s.handleFilesPut},
 		{"DELETE " + files, scopeWorkspace, s.handleFilesDelete},
@@ -379,6 +394,14 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if !s.routines.Go("api server", func(ctx context.Context) { errc <- serveHTTP(ctx, srv, l) }) {
 		l.Close()
 		errc <- errors.New("controller: Serve after shutdown")
+	}
+	if pl := s.cfg.PreviewListener; pl != nil {
+		psrv := s.cfg.HTTP.server(s.previewHost(), s.ctx)
+		pl = s.cfg.HTTP.limitListener(pl)
+		if !s.routines.Go("preview server", func(ctx context.Context) { _ = serveHTTP(ctx, psrv, pl) }) {
+			pl.Close()
+		}
+		s.log.Info("preview links served by host", "addr", pl.Addr().String(), "domain", s.cfg.PreviewDomain)
 	}
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir, "id", s.id, "peer", peerURL)
 	s.routines.Go("checkpoint loop", s.checkpointLoop)

@@ -3,9 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -26,9 +27,6 @@ const (
 	// resumes.
 	HeaderLogOverrun = "X-Tether-Log-Overrun"
 )
-
-// endpointCheckTimeout bounds the controller's own request to a service's endpoint.
-const endpointCheckTimeout = 10 * time.Second
 
 // serviceRecord turns what the runner reports into the controller's record of it.
 func serviceRecord(workspaceID string, st protocol.ServiceStatus, now time.Time) api.Service {
@@ -320,15 +318,16 @@ func (s *Server) handleServiceLogs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleServiceEndpoint asks the provider where the service's port is reachable, and answers
-// only once the controller itself got an HTTP response there (any status).
+// handleServiceEndpoint answers where a ready service is reached: through the controller's
+// proxy (the runner dials it inside the sandbox), and the provider's own address of its port
+// when it has one. Nothing is sent into the service: its readiness check is its own.
 func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 	ws, err := s.workspace(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	// A local sandbox's endpoint is on its host's loopback: checked and answered there.
+	// A local sandbox's direct address is on its host's loopback: answered there.
 	if s.forwardToPlacement(w, r, ws) {
 		return
 	}
@@ -355,24 +354,25 @@ func (s *Server) handleServiceEndpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "service %s is %s%s; no endpoint", v.Name, v.State, withPort(v.Port)))
 		return
 	}
-	prov, err := s.providerFor(r.Context(), ws.Provider)
-	if err != nil {
-		writeError(w, err)
-		return
+	ep := api.ServiceEndpoint{
+		URL:     strings.TrimSuffix(s.advertise, "/") + servicePath(ws.ID, v.Name) + "/proxy/",
+		Headers: map[string]string{"Authorization": "Bearer <operator or API token>"},
+		Port:    v.Port,
+		Hint:    "send the operator token (or an API token) as Authorization: Bearer; for a browser, make a preview link: tether service url",
 	}
-	ep, err := prov.Endpoint(r.Context(), ws.AllocationID, v.Port)
-	if err == nil {
-		err = s.ownAddress(ep.URL)
+	// The provider's own address is a convenience: one it cannot give (or that is the
+	// controller's own) is left out, not an error.
+	if prov, err := s.providerFor(r.Context(), ws.Provider); err == nil {
+		if d, err := prov.Endpoint(r.Context(), ws.AllocationID, v.Port); err == nil && s.ownAddress(d.URL) == nil {
+			ep.DirectURL, ep.DirectHeaders = d.URL, d.Headers
+		}
 	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := checkEndpoint(r.Context(), ep.URL, ep.Headers); err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "service %s endpoint %s does not answer: %v", v.Name, ep.URL, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, api.ServiceEndpoint{URL: ep.URL, Headers: ep.Headers, VerifiedAt: s.now()})
+	writeJSON(w, http.StatusOK, ep)
+}
+
+// servicePath is the API path of a workspace's service.
+func servicePath(workspaceID, name string) string {
+	return "/v1/workspaces/" + url.PathEscape(workspaceID) + "/services/" + url.PathEscape(name)
 }
 
 func withPort(port int) string {
@@ -380,26 +380,6 @@ func withPort(port int) string {
 		return ""
 	}
 	return " on port " + strconv.Itoa(port)
-}
-
-// checkEndpoint makes one GET to url with headers; any HTTP response counts as reached.
-func checkEndpoint(ctx context.Context, url string, headers map[string]string) error {
-	ctx, cancel := context.WithTimeout(ctx, endpointCheckTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.Body.Close()
 }
 
 func (s *Server) handleServiceStop(w http.ResponseWriter, r *http.Request) {
@@ -425,5 +405,6 @@ func (s *Server) handleServiceStop(w http.ResponseWriter, r *http.Request) {
 	}
 	v := serviceRecord(ws.ID, st, s.now())
 	s.recordService(r.Context(), v)
+	s.revokeOnStop(r.Context(), ws.ID, args.Name)
 	writeJSON(w, http.StatusOK, v)
 }

@@ -195,9 +195,9 @@ func TestDockerHostNetworkWhenAsked(t *testing.T) {
 	c.mustCLI(t, "workspace", "rm", ws.ID)
 }
 
-// A service in a Docker workspace on its private network: the controller verifies the endpoint
-// at the container's address on that network (reachable from the host, as every bridge network
-// is), which is where the service is reached. The service listens on all its interfaces, as a
+// A service in a Docker workspace on its private network: its endpoint's direct address is the
+// container's on that network (reachable from the host, as every bridge network is), and the
+// controller's proxy reaches it too. The service listens on all its interfaces, as a
 // service in a container must to be reached from outside it.
 func TestDockerServiceOnPrivateNetwork(t *testing.T) {
 	cli := dockerEngine(t)
@@ -225,17 +225,30 @@ func TestDockerServiceOnPrivateNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := res.Container.NetworkSettings.Networks["tether-"+ws.AllocationID].IPAddress.String()
-	if want := "http://" + net.JoinHostPort(addr, strconv.Itoa(svc.Port)); ep.URL != want || ep.VerifiedAt.IsZero() {
-		t.Fatalf("endpoint %+v; want %s, verified", ep, want)
+	if want := "http://" + net.JoinHostPort(addr, strconv.Itoa(svc.Port)); ep.DirectURL != want {
+		t.Fatalf("endpoint %+v; want the direct address %s", ep, want)
 	}
-	resp, err := http.Get(ep.URL + "/from-the-test")
+	resp, err := http.Get(ep.DirectURL + "/from-the-test")
 	if err != nil {
-		t.Fatalf("GET the endpoint: %v", err)
+		t.Fatalf("GET the direct address: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET the endpoint: %s", resp.Status)
+		t.Fatalf("GET the direct address: %s", resp.Status)
 	}
+	// And through the controller's proxy, with the operator token.
+	req, _ := http.NewRequest(http.MethodGet, ep.URL+"through-the-proxy", nil)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatalf("GET through the proxy: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET through the proxy: %s", resp.Status)
+	}
+	eventually(t, 10*time.Second, "the proxied request in the service log", func() bool {
+		return strings.Contains(c.mustCLI(t, "service", "logs", ws.ID, "web"), "request /through-the-proxy")
+	})
 	eventually(t, 10*time.Second, "the request in the service log", func() bool {
 		return strings.Contains(c.mustCLI(t, "service", "logs", ws.ID, "web"), "request /from-the-test")
 	})

@@ -90,7 +90,7 @@ func containersOf(t *testing.T, cli *client.Client, allocation string) []string 
 
 // startDockerController starts a controller and, when the test ends after the controller's own
 // cleanup, force-removes any container still labelled with its URL: a failed test leaks none.
-func startDockerController(t *testing.T, cli *client.Client) *controllerProc {
+func startDockerController(t *testing.T, cli *client.Client, opts ...serveOpts) *controllerProc {
 	t.Helper()
 	var url string
 	t.Cleanup(func() {
@@ -118,7 +118,11 @@ func startDockerController(t *testing.T, cli *client.Client) *controllerProc {
 			_, _ = cli.NetworkRemove(context.Background(), n.ID, client.NetworkRemoveOptions{})
 		}
 	})
-	c := startController(t, serveOpts{})
+	var o serveOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	c := startController(t, o)
 	url = c.Addr
 	return c
 }

@@ -54,9 +54,9 @@ func TestServiceReadyMeansItsPortAnswers(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "endpoint", ws.ID, "web", "--json")), &ep); err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(ep.URL)
-	if err != nil || u.Port() != fmt.Sprint(v.Port) {
-		t.Fatalf("endpoint %q is not on the allotted port %d", ep.URL, v.Port)
+	u, err := url.Parse(ep.DirectURL)
+	if err != nil || u.Port() != fmt.Sprint(v.Port) || ep.Port != v.Port {
+		t.Fatalf("endpoint %+v is not on the allotted port %d", ep, v.Port)
 	}
 	t.Logf("service-readiness (integration): 1 service ignoring its port refused with timeout, 1 listening on it ready on port %d and verified", v.Port)
 }

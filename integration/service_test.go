@@ -85,25 +85,34 @@ func TestServiceLifecycle(t *testing.T) {
 		t.Fatalf("started service: %+v", svc)
 	}
 
-	// The endpoint is verified by the controller, and answers.
+	// The endpoint is the controller's proxy URL, alone on stdout; a GET through it with the
+	// operator token reaches the service (the endpoint itself sent it nothing).
+	proxyURL := strings.TrimSpace(c.mustCLI(t, "service", "endpoint", ws.ID, "web"))
+	if want := c.Addr + "/v1/workspaces/" + ws.ID + "/services/web/proxy/"; proxyURL != want {
+		t.Fatalf("service endpoint printed %q; want %q", proxyURL, want)
+	}
+	for _, line := range strings.Split(c.mustCLI(t, "service", "logs", ws.ID, "web"), "\n") {
+		if strings.HasPrefix(line, "request ") && line != "request /health" {
+			t.Fatalf("service endpoint sent a request into the service: %q", line)
+		}
+	}
 	var ep api.ServiceEndpoint
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "endpoint", ws.ID, "web", "--json")), &ep); err != nil {
 		t.Fatal(err)
 	}
-	if ep.URL == "" || ep.VerifiedAt.IsZero() {
-		t.Fatalf("endpoint: %+v", ep)
+	if ep.URL != proxyURL || ep.Port != svc.Port || ep.DirectURL == "" || !strings.Contains(ep.Headers["Authorization"], "Bearer <") ||
+		strings.Contains(ep.Headers["Authorization"], c.Token) {
+		t.Fatalf("endpoint --json: %+v", ep)
 	}
-	req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(ep.URL, "/")+"/from-the-test", nil)
-	for k, v := range ep.Headers {
-		req.Header.Set(k, v)
-	}
+	req, _ := http.NewRequest(http.MethodGet, proxyURL+"from-the-test", nil)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET the endpoint: %v", err)
+		t.Fatalf("GET through the proxy: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET the endpoint: %s", resp.Status)
+		t.Fatalf("GET through the proxy: %s", resp.Status)
 	}
 
 	// The log shows the request.

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/controller"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -47,7 +48,8 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	step := func(format string, args ...any) { c.printf("\n==> "+format+"\n", args...) }
 
 	step("starting a controller on a temporary data dir (%s)", tmp)
-	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: prov, sweepGrace: time.Hour}.config(filepath.Join(tmp, "data"))
+	cfg, err := serveFlags{readyTimeout: 30 * time.Second, provider: prov, sweepGrace: time.Hour,
+		forwardLimits: forward.Limits{MaxConns: forward.DefaultMaxConns}}.config(filepath.Join(tmp, "data"))
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type serveFlags struct {
 	retention                                        api.RetentionPolicy
 	forwardPorts                                     string
 	forwardLimits                                    forward.Limits
+	previewListen, previewDomain                     string
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -43,8 +44,16 @@ func newServeCmd(c *cli) *cobra.Command {
 				return err
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, nil))
+			if f.previewListen != "" {
+				if cfg.PreviewListener, err = net.Listen("tcp", f.previewListen); err != nil {
+					return fmt.Errorf("--preview-listen %s: %w", f.previewListen, err)
+				}
+			}
 			srv, err := controller.New(cmd.Context(), cfg)
 			if err != nil {
+				if cfg.PreviewListener != nil {
+					cfg.PreviewListener.Close()
+				}
 				return err
 			}
 			l, err := net.Listen("tcp", f.listen)
@@ -53,6 +62,9 @@ func newServeCmd(c *cli) *cobra.Command {
 			}
 			fmt.Fprintf(c.stderr, "tether controller on http://%s (data %s, operator token in %s)\n",
 				l.Addr(), cfg.DataDir, filepath.Join(cfg.DataDir, controller.OperatorTokenFile))
+			if pl := cfg.PreviewListener; pl != nil {
+				fmt.Fprintf(c.stderr, "tether previews on http://%s (hosts {token}.%s)\n", pl.Addr(), cfg.PreviewDomain)
+			}
 			return srv.Serve(cmd.Context(), l)
 		},
 	}
@@ -89,6 +101,8 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.forwardPorts, "forward-ports", "", "ports clients may reach in any workspace besides its services' (proxy, port-forward): a list of ports and ranges, e.g. 5432,8000-8999 (default: none)")
 	cmd.Flags().IntVar(&f.forwardLimits.MaxConns, "forward-max-conns", forward.DefaultMaxConns, "connections the controller forwards into one workspace at once (proxy, previews, port-forward)")
 	cmd.Flags().Int64Var(&f.forwardLimits.BytesPerSecond, "forward-bytes-per-second", 0, "bandwidth of the connections forwarded into one workspace, both ways together, in bytes per second (0: unlimited)")
+	cmd.Flags().StringVar(&f.previewListen, "preview-listen", "", "also serve preview links by host name on this address: {token}.DOMAIN reaches the link's service at / (with --preview-domain)")
+	cmd.Flags().StringVar(&f.previewDomain, "preview-domain", "", "domain of the preview listener's host names; its wildcard *.DOMAIN must resolve to it (localhost does in browsers)")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd
 }
@@ -117,6 +131,10 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 	if cfg.ForwardPorts, err = forward.ParsePorts(f.forwardPorts); err != nil {
 		return cfg, usageError{fmt.Errorf("--forward-ports: %w", err)}
 	}
+	if (f.previewListen == "") != (f.previewDomain == "") {
+		return cfg, usageError{fmt.Errorf("--preview-listen and --preview-domain go together")}
+	}
+	cfg.PreviewDomain = strings.TrimPrefix(strings.ToLower(f.previewDomain), ".")
 	if f.forwardLimits.MaxConns < 1 || f.forwardLimits.BytesPerSecond < 0 {
 		return cfg, usageError{fmt.Errorf("--forward-max-conns must be at least 1 and --forward-bytes-per-second not negative")}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +23,7 @@ const logsRetryFor = 2 * time.Minute
 
 func newServiceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "service", Aliases: []string{"svc"}, Short: "Start, list, read logs of, reach and stop a workspace's services"}
-	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceStopCmd(c))
+	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceURLCmd(c), newServiceStopCmd(c))
 	return cmd
 }
 
@@ -200,8 +201,8 @@ func newServiceLogsCmd(c *cli) *cobra.Command {
 func newServiceEndpointCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "endpoint ID NAME",
-		Short: "Print where a ready service answers (only once the controller itself reached it)",
+		Use:   "endpoint ID NAME [--json]",
+		Short: "Print the URL a ready service is reached at through the controller's proxy (needs the operator token; --json: details)",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
@@ -215,15 +216,80 @@ func newServiceEndpointCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(ep)
 			}
+			// The URL alone, so $(tether service endpoint …) is usable as it is.
 			c.printf("%s\n", ep.URL)
-			for k, v := range ep.Headers {
-				c.printf("  header %s: %s\n", k, v)
-			}
-			c.printf("  verified %s\n", ep.VerifiedAt.Local().Format(time.RFC3339))
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the endpoint as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the endpoint as JSON: the proxy URL, the headers it needs, the provider's own address")
+	return cmd
+}
+
+func newServiceURLCmd(c *cli) *cobra.Command {
+	var asJSON, revoke, list bool
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "url ID NAME [--ttl 1h] [--json] | --revoke | --list",
+		Short: "Print a preview link of a ready service: a URL a browser opens without the operator token, until it expires or is revoked",
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if revoke && list {
+				return usageError{fmt.Errorf("--revoke and --list do not go together")}
+			}
+			if cmd.Flags().Changed("ttl") && (revoke || list) {
+				return usageError{fmt.Errorf("--ttl goes with a new link, not with --revoke or --list")}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			switch {
+			case revoke:
+				n, err := cl.RevokePreviews(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(api.PreviewsRevoked{Revoked: n})
+				}
+				c.printf("revoked %d preview link(s) of service %s\n", n, args[1])
+				return nil
+			case list:
+				ps, err := cl.ListPreviews(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(ps)
+				}
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PREVIEW\tSTATE\tCREATED\tEXPIRES")
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.ID, p.State, p.CreatedAt.Local().Format(time.RFC3339), p.ExpiresAt.Local().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			}
+			var ttlArg string
+			if cmd.Flags().Changed("ttl") {
+				ttlArg = ttl.String()
+			}
+			p, err := cl.CreatePreview(ctx, args[0], args[1], ttlArg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(p)
+			}
+			c.printf("%s\n", p.URL)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", time.Hour, "how long the link works (at most 168h)")
+	f.BoolVar(&revoke, "revoke", false, "revoke every live preview link of the service")
+	f.BoolVar(&list, "list", false, "list the service's preview links (without their URLs)")
+	f.BoolVar(&asJSON, "json", false, "print as JSON (a new link: its id, path URL, expiry)")
 	return cmd
 }
 
@@ -253,8 +319,8 @@ func newServiceStopCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-// demoService starts a small HTTP service in the demo's workspace, fetches its verified
-// endpoint, shows its log and stops it. The sandbox has no Go toolchain: it uses python3's
+// demoService starts a small HTTP service in the demo's workspace, prints its proxy URL, makes a
+// preview link and fetches the service once through it, shows its log and stops it. The sandbox has no Go toolchain: it uses python3's
 // http.server, or a netcat loop, and skips with a note when it has neither.
 func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...string) error, step func(string, ...any), ws api.Workspace) error {
 	var probe bytes.Buffer
@@ -277,8 +343,18 @@ func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(..
 		return err
 	}
 	c.printf("service %s %s%s (pid %d)\n", v.Name, v.State, withPort(v.Port), v.PID)
-	step("tether service endpoint %s web   # reported only once the controller reached it", ws.Name)
+	step("tether service endpoint %s web   # the controller's proxy URL (needs the operator token)", ws.Name)
 	if err := demoCLI("service", "endpoint", ws.ID, "web"); err != nil {
+		return err
+	}
+	step("tether service url %s web --ttl 10m   # a preview link a browser opens without the token", ws.Name)
+	p, err := cl.CreatePreview(ctx, ws.ID, "web", "10m")
+	if err != nil {
+		return err
+	}
+	c.printf("%s\n", p.URL)
+	step("curl %s   # through the controller and the runner, no token", p.URL)
+	if err := demoFetch(ctx, c, p.URL); err != nil {
 		return err
 	}
 	step("tether service logs %s web", ws.Name)
@@ -287,4 +363,26 @@ func demoService(ctx context.Context, c *cli, cl *client.Client, demoCLI func(..
 	}
 	step("tether service stop %s web   # returns once the processes are gone and the port is closed", ws.Name)
 	return demoCLI("service", "stop", ws.ID, "web")
+}
+
+// demoFetch GETs u and prints its status and the first lines of its body.
+func demoFetch(ctx context.Context, c *cli, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	lines := strings.SplitN(string(b), "\n", 4)
+	c.printf("%s\n%s\n", resp.Status, strings.Join(lines[:min(len(lines), 3)], "\n"))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return nil
 }

@@ -302,12 +302,20 @@ type Service struct {
 	Endpoint    *ServiceEndpoint `json:"endpoint,omitempty"`
 }
 
-// ServiceEndpoint is where a service answers, reported only once the controller itself got an
-// HTTP response from it (at VerifiedAt).
+// ServiceEndpoint is where a ready service is reached: URL through the controller's proxy (the
+// runner dials the service inside the sandbox), with the headers that needs; DirectURL is the
+// provider's own address of the port, when it has one (it may be unreachable from outside the
+// sandbox: a service bound to its loopback, a private network). Nothing is sent into the
+// service to answer this.
 type ServiceEndpoint struct {
-	URL        string            `json:"url"`
-	Headers    map[string]string `json:"headers,omitempty"`
-	VerifiedAt time.Time         `json:"verified_at"`
+	URL string `json:"url"`
+	// Headers name what a request to URL needs, not its secret: the Authorization header's value
+	// is a placeholder for the caller's own operator or API token.
+	Headers       map[string]string `json:"headers"`
+	Port          int               `json:"port"`
+	DirectURL     string            `json:"direct_url,omitempty"`
+	DirectHeaders map[string]string `json:"direct_headers,omitempty"`
+	Hint          string            `json:"hint,omitempty"`
 }
 
 // RunSignalRequest is the body of POST /v1/runs/{id}/signal: a signal's name (TERM, SIGTERM)

@@ -46,7 +46,8 @@ func (c *Client) StopService(ctx context.Context, workspace, name string) (api.S
 	return v, c.do(ctx, request{method: http.MethodPost, path: servicePath(workspace, name) + "/stop", idempotent: true}, &v)
 }
 
-// ServiceEndpoint returns where the service answers, once the controller reached it.
+// ServiceEndpoint returns where a ready service is reached: the controller's proxy URL, and the
+// provider's own address when it has one.
 func (c *Client) ServiceEndpoint(ctx context.Context, workspace, name string) (api.ServiceEndpoint, error) {
 	var ep api.ServiceEndpoint
 	return ep, c.get(ctx, servicePath(workspace, name)+"/endpoint", nil, &ep)

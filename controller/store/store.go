@@ -60,6 +60,7 @@ type Store interface {
 	Projects
 	Members
 	Tokens
+	Previews
 	Coordination
 
 	Close() error
@@ -309,6 +310,36 @@ type Tokens interface {
 	ListTokens(ctx context.Context) ([]Token, error)
 	// RevokeToken revokes the live token of that name at at (CodeNotFound when none is live).
 	RevokeToken(ctx context.Context, name string, at time.Time) error
+}
+
+// Preview is a preview link's token: it lets a browser reach one service of one workspace
+// without the operator token, until it expires or is revoked. Only its hash is stored.
+type Preview struct {
+	ID          string // pv_…, names it in lists (never the secret)
+	Hash        string // SHA-256 hex of the secret
+	WorkspaceID string
+	Service     string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	RevokedAt   time.Time // zero: not revoked
+}
+
+// Previews keeps preview tokens.
+type Previews interface {
+	// CreatePreview records a preview token (its id and hash must be new).
+	CreatePreview(ctx context.Context, p Preview) error
+	// PreviewByHash finds a preview by its hash, revoked and expired ones included (the caller
+	// decides); CodeNotFound when there is none.
+	PreviewByHash(ctx context.Context, hash string) (Preview, error)
+	// ListPreviews lists a workspace's previews of service by creation time, revoked and
+	// expired ones included.
+	ListPreviews(ctx context.Context, workspaceID, service string) ([]Preview, error)
+	// RevokePreviews revokes every live preview of the service at at (neither revoked nor
+	// expired then) and says how many; those already revoked keep their time.
+	RevokePreviews(ctx context.Context, workspaceID, service string, at time.Time) (int, error)
+	// PurgePreviews forgets the previews that expired or were revoked before before, and says
+	// how many.
+	PurgePreviews(ctx context.Context, before time.Time) (int, error)
 }
 
 // Coordination is what controllers sharing a store use to take turns and to wake each other.

@@ -67,6 +67,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		// Tokens
 		{"Tokens", plain(testTokens)},
 		{"TokenHashUnique", plain(testTokenHashUnique)},
+		// Previews
+		{"Previews", plain(testPreviews)},
 		// Members
 		{"Members", testMembers},
 		{"ClusterSecret", plain(testClusterSecret)},
