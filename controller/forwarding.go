@@ -69,7 +69,12 @@ func (s *Server) dialAllowed(ctx context.Context, ws api.Workspace, port int) (*
 	if err != nil {
 		return nil, err
 	}
-	rc, err := s.runnerFor(ctx, ws.ID)
+	// ws was read for this request: its state is checked here rather than read again.
+	if ws.State != api.StateReady {
+		g.Release()
+		return nil, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s", ws.Name, ws.State)
+	}
+	rc, err := s.reach(ctx, ws.AllocationID)
 	if err != nil {
 		g.Release()
 		return nil, err

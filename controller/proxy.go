@@ -143,7 +143,7 @@ func rewriteLocation(loc, upstream, prefix string) string {
 // handleServiceProxy is the operator's proxy:
 // ANY /v1/workspaces/{id}/services/{name}/proxy/{path...}.
 func (s *Server) handleServiceProxy(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	ws, err := s.workspaceRecord(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

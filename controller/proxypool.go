@@ -18,8 +18,9 @@ import (
 // workspace's connection limit, so few are kept, not for long, and they go at once when the
 // service is stopped through the API or the controller drains.
 const (
-	// proxyIdlePerService is how many idle connections one service keeps.
-	proxyIdlePerService = 4
+	// proxyIdlePerService is how many idle connections one service keeps: a browser opens six per
+	// host, a bench or a page with several clients more; fewer means a runner dial per request.
+	proxyIdlePerService = 16
 	// proxyIdleTimeout is how long an idle connection is kept.
 	proxyIdleTimeout = 30 * time.Second
 	// proxyPoolMax bounds the services with a transport; past it, the least recently used goes.
@@ -29,9 +30,10 @@ const (
 type proxyKey struct{ workspace, service string }
 
 type proxyEntry struct {
-	port int
-	t    *http.Transport
-	used time.Time
+	port       int
+	allocation string // the sandbox the transport dials into: a reopened workspace has another
+	t          *http.Transport
+	used       time.Time
 }
 
 // proxyPool holds the proxy's transports by (workspace, service).
@@ -41,7 +43,8 @@ type proxyPool struct {
 }
 
 // transport returns the transport to service v of ws, made on first use. A service now on
-// another port than its transport's (restarted) gets a new one.
+// another port than its transport's (restarted), or in another sandbox (the workspace was
+// reopened), gets a new one: the transport's dial uses the workspace as read when it was made.
 func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport {
 	p := &s.proxies
 	p.mu.Lock()
@@ -51,7 +54,7 @@ func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport
 	}
 	k := proxyKey{ws.ID, v.Name}
 	now := time.Now()
-	if e := p.m[k]; e != nil && e.port == v.Port {
+	if e := p.m[k]; e != nil && e.port == v.Port && e.allocation == ws.AllocationID {
 		e.used = now
 		return e.t
 	} else if e != nil {
@@ -91,7 +94,7 @@ func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport
 		// The app's encoding passes through untouched; the transport adds none of its own.
 		DisableCompression: true,
 	}
-	p.m[k] = &proxyEntry{port: port, t: t, used: now}
+	p.m[k] = &proxyEntry{port: port, allocation: ws.AllocationID, t: t, used: now}
 	return t
 }
 

@@ -228,15 +228,9 @@ var kindOf = map[string]string{"ws_": "workspace", "al_": "allocation", "run_": 
 // lookup of a workspace for a caller: one outside a limited token's workspaces is not_found, as
 // if it did not exist (see principal).
 func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace, error) {
-	if err := expectKind(idOrName, "ws_"); err != nil {
-		return api.Workspace{}, err
-	}
-	ws, err := s.store.GetWorkspace(ctx, idOrName)
+	ws, err := s.workspaceRecord(ctx, idOrName)
 	if err != nil {
 		return ws, err
-	}
-	if !principalOf(ctx).sees(ws.ID) {
-		return api.Workspace{}, notFound("workspace", idOrName)
 	}
 	ws.Connected = s.connected(ctx, ws.AllocationID)
 	ws = s.withCheckpoint(ws)
@@ -327,6 +321,22 @@ func (s *Server) deleteWorkspace(ctx context.Context, idOrName string) (api.Work
 		}
 	}
 	ws.State, ws.Connected = api.StateDeleted, false
+	return ws, nil
+}
+
+// workspaceRecord is the workspace as stored, if the caller may see it: one query, for paths
+// where every request counts (the proxy), without what workspace adds for display.
+func (s *Server) workspaceRecord(ctx context.Context, idOrName string) (api.Workspace, error) {
+	if err := expectKind(idOrName, "ws_"); err != nil {
+		return api.Workspace{}, err
+	}
+	ws, err := s.store.GetWorkspace(ctx, idOrName)
+	if err != nil {
+		return ws, err
+	}
+	if !principalOf(ctx).sees(ws.ID) {
+		return api.Workspace{}, notFound("workspace", idOrName)
+	}
 	return ws, nil
 }
 
