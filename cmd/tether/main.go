@@ -87,6 +87,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newServiceCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
+		newCpCmd(c),
 		newProviderCmd(c),
 		newProjectCmd(c),
 		newGCCmd(c),
