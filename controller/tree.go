@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/tree"
 )
 
@@ -80,16 +81,30 @@ func (s *Server) handleTreeExport(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/x-tar")
 	h.Set(HeaderType, fi.Type)
 	h.Set("Trailer", HeaderEntries+", "+HeaderSkipped)
-	w.WriteHeader(http.StatusOK)
+	out := &heldWriter{w: w}
 	body := protocol.NewBodyReader(fromRunner)
-	stats, err := tree.Relay(r.Context(), w, body, tree.RelayOptions{Top: args.Name,
+	stats, err := tree.Relay(r.Context(), out, body, tree.RelayOptions{Top: args.Name,
 		MaxEntries: lim.MaxManifestEntries, MaxBytes: lim.MaxSnapshotBytes})
+	if fsguard.CodeOf(err) != "" {
+		// The relay's own refusal of what the runner sent, not a reason the runner gave.
+		err = protocol.Errorf(protocol.CodeCorrupt, "the runner's tar of %s was refused: %v", args.Path, err)
+	}
 	var res protocol.TreeExportResult
 	if err == nil {
 		res, err = checkExportTrailer(st, stats)
 	}
 	if err != nil {
+		if !out.sent {
+			// Nothing reached the client yet: it gets the typed error, not a cut stream.
+			h.Del("Trailer")
+			h.Del(HeaderType)
+			writeError(w, err)
+			return
+		}
 		s.log.Warn("tree export cut off", "workspace", ws.ID, "path", args.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if err := out.commit(); err != nil {
 		panic(http.ErrAbortHandler)
 	}
 	h.Set(HeaderEntries, strconv.Itoa(stats.Files+stats.Dirs+stats.Symlinks))
@@ -112,4 +127,41 @@ func checkExportTrailer(st *yamux.Stream, relayed tree.Stats) (protocol.TreeExpo
 			res.Files, res.Dirs, res.Symlinks, res.Bytes, relayed.Files, relayed.Dirs, relayed.Symlinks, relayed.Bytes)
 	}
 	return res, nil
+}
+
+// heldBytes is how much of an export the controller holds back before answering: a refusal
+// within it (a small tree, or a bad entry early on) reaches the client as a typed error instead
+// of a cut stream.
+const heldBytes = 64 << 10
+
+// heldWriter holds the first heldBytes of a response, and the status line, until it commits.
+type heldWriter struct {
+	w    http.ResponseWriter
+	buf  []byte
+	sent bool // the status and the held bytes went out
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	if !h.sent {
+		if len(h.buf)+len(p) <= heldBytes {
+			h.buf = append(h.buf, p...)
+			return len(p), nil
+		}
+		if err := h.commit(); err != nil {
+			return 0, err
+		}
+	}
+	return h.w.Write(p)
+}
+
+// commit sends the status and what was held.
+func (h *heldWriter) commit() error {
+	if h.sent {
+		return nil
+	}
+	h.sent = true
+	h.w.WriteHeader(http.StatusOK)
+	_, err := h.w.Write(h.buf)
+	h.buf = nil
+	return err
 }
