@@ -307,6 +307,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/workspaces/{id}/fork", scopeOperator, s.handleFork},
 		{"DELETE /v1/workspaces/{id}", scopeWorkspace, s.handleDeleteWorkspace},
 		{"PUT /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeImport},
+		{"GET /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeExport},
 		{"GET /v1/workspaces/{id}/exec", scopeWorkspace, s.handleExec},
 		{"GET /v1/workspaces/{id}/runs", scopeWorkspace, s.handleListRuns},
 		{"POST /v1/workspaces/{id}/close", scopeWorkspace, s.handleClose},

@@ -193,6 +193,28 @@ func TestHostileRunner(t *testing.T) {
 			"run logs: code %d, stdout %q, stderr %q; want hello and error corrupt", res.Code, res.Stdout, res.Stderr)
 	})
 
+	// A runner whose tree export attacks the host: `tether cp WS:PATH DEST` fails, DEST does
+	// not appear, nothing is written beside it or through a symlink, no staging is left.
+	t.Run("hostile-export", func(t *testing.T) {
+		ws := h.workspace(t, "hostile-export")
+		// The controller's relay refuses what it can judge (corrupt); a path through a symlink
+		// the runner sent is the host extractor's to refuse.
+		for attack, code := range map[string]protocol.Code{"dotdot": protocol.CodeCorrupt, "beside": protocol.CodeCorrupt,
+			"symlink": protocol.CodeSymlinkRefused, "lie": protocol.CodeCorrupt} {
+			host := t.TempDir()
+			dest := filepath.Join(host, "sub", "dest")
+			if err := os.Mkdir(filepath.Dir(dest), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			res := h.c.cli(t, nil, "cp", ws.ID+":"+attack, dest)
+			ents, _ := os.ReadDir(filepath.Dir(dest))
+			top, _ := os.ReadDir(host)
+			_, escaped := os.Lstat("/tmp/escaped")
+			check("hostile export "+attack, res.Code == code.ExitCode() && strings.HasPrefix(res.Stderr, "error: "+string(code)+": ") && len(ents) == 0 && len(top) == 1 && escaped != nil,
+				"cp: code %d, stderr %q; %d entries left in the destination's parent, %d beside it", res.Code, res.Stderr, len(ents), len(top))
+		}
+	})
+
 	// A runner that says the service it was given a port for listens on the controller's own
 	// port: refused, and no endpoint is published.
 	t.Run("spoof-port", func(t *testing.T) {

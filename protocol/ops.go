@@ -66,6 +66,7 @@ func (s OpSpec) Fenced() bool { return s.Mutating || s.SetsEpoch }
 var ops = [...]OpSpec{
 	{Name: OpExec, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[ExecArgs]()},
 	{Name: OpTreeImport, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[TreeImportArgs]()},
+	{Name: OpTreeExport, Direction: ControllerToRunner, Args: reflect.TypeFor[TreeExportArgs]()},
 	{Name: OpFsList, Direction: ControllerToRunner, Args: reflect.TypeFor[FsListArgs]()},
 	{Name: OpFsStat, Direction: ControllerToRunner, Args: reflect.TypeFor[FsPathArgs]()},
 	{Name: OpFsRead, Direction: ControllerToRunner, Args: reflect.TypeFor[FsReadArgs]()},

@@ -16,6 +16,7 @@ import (
 var handlers = map[string]opHandler{
 	protocol.OpExec:            stream((*Runner).exec).refusedWith(refuseExec),
 	protocol.OpTreeImport:      reply((*Runner).treeImport),
+	protocol.OpTreeExport:      stream((*Runner).treeExport),
 	protocol.OpFsList:          reply((*Runner).fsList),
 	protocol.OpFsStat:          reply((*Runner).fsStat),
 	protocol.OpFsRead:          stream((*Runner).fsRead),

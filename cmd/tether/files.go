@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -27,8 +28,10 @@ func newFilesCmd(c *cli) *cobra.Command {
 		Use:     "files",
 		Aliases: []string{"fs"},
 		Short:   "List, read, write, move and remove files in a workspace",
-		Long: "Paths are relative to the workspace root. Absolute paths, \"..\" and symlinks anywhere in a\n" +
-			"path are refused by the runner's guard; symlinks are listed and described, never followed.\n\n" +
+		Long: "Paths are relative to the workspace root. An absolute path inside the root (/workspace/x when\n" +
+			"the root is /workspace) means that relative path (x); any other absolute path is refused\n" +
+			"(path_escape). \"..\" and symlinks anywhere in a path are refused by the runner's guard;\n" +
+			"symlinks are listed and described, never followed. Directories are copied with `tether cp`.\n\n" +
 			"Reads (ls, stat, get) say where they came from. A workspace with a live allocation is read\n" +
 			"live (source: live, with the allocation id). A closed workspace is read from its last saved\n" +
 			"snapshot (source: saved, with the snapshot id and save time); the plain output then notes\n" +
@@ -55,7 +58,9 @@ func newFilesLsCmd(c *cli) *cobra.Command {
 			}
 			dir := "."
 			if len(args) == 2 {
-				dir = args[1]
+				if dir, err = remotePath(cmd.Context(), cl, args[0], args[1]); err != nil {
+					return err
+				}
 			}
 			entries, src, err := listAll(cmd.Context(), cl, args[0], dir)
 			if err != nil {
@@ -183,7 +188,11 @@ func newFilesStatCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fi, err := cl.StatFile(cmd.Context(), args[0], args[1])
+			p, err := remotePath(cmd.Context(), cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fi, err := cl.StatFile(cmd.Context(), args[0], p)
 			if err != nil {
 				return err
 			}
@@ -237,22 +246,26 @@ func newFilesGetCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			remote, err := remotePath(cmd.Context(), cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
 			if toStdout {
 				var bar *progress // none when the file itself is going to the terminal
 				if !c.stdoutIsTerminal() {
 					bar = c.newProgress("get " + args[1])
 				}
-				res, err := cl.ReadFile(cmd.Context(), args[0], args[1], c.stdout, client.ReadOptions{Progress: bar.read})
+				res, err := cl.ReadFile(cmd.Context(), args[0], remote, c.stdout, client.ReadOptions{Progress: bar.read})
 				bar.finish()
 				if err != nil {
-					return err
+					return dirHint(cmd.Context(), cl, args[0], remote, err)
 				}
 				c.noteSaved(res.ReadSource)
 				return nil
 			}
-			res, err := c.getToFile(cmd.Context(), cl, args[0], args[1], out)
+			res, err := c.getToFile(cmd.Context(), cl, args[0], remote, out)
 			if err != nil {
-				return err
+				return dirHint(cmd.Context(), cl, args[0], remote, err)
 			}
 			if asJSON {
 				return c.printJSON(getResult{Path: args[1], Output: out, Bytes: res.Bytes, SHA256: res.SHA256, ReadSource: res.ReadSource})
@@ -324,7 +337,7 @@ func localError(op, path string, err error) error {
 func newFilesPutCmd(c *cli) *cobra.Command {
 	var o client.WriteOptions
 	var mode string
-	var asJSON bool
+	var asJSON, parents bool
 	cmd := &cobra.Command{
 		Use:   "put ID LOCAL PATH",
 		Short: "Write a local file (or stdin, as -) to PATH; published only once complete and verified",
@@ -348,15 +361,24 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			remote, err := remotePath(cmd.Context(), cl, args[0], args[2])
+			if err != nil {
+				return err
+			}
 			src, closeSrc, err := c.openUpload(args[1], &o)
 			if err != nil {
 				return err
 			}
 			defer closeSrc()
+			if parents {
+				if err := mkParents(cmd.Context(), cl, args[0], remote); err != nil {
+					return err
+				}
+			}
 			bar := c.newProgress("put " + args[2])
 			bar.setTotal(o.Size)
 			o.Progress = bar.add
-			res, err := cl.WriteFile(cmd.Context(), args[0], args[2], src, o)
+			res, err := cl.WriteFile(cmd.Context(), args[0], remote, src, o)
 			bar.finish()
 			if err != nil {
 				return err
@@ -373,6 +395,7 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&o.Replace, "replace", false, "replace an existing file")
+	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create PATH's missing parent directories first (each through the guard)")
 	cmd.Flags().StringVar(&o.IfSHA256, "if-sha256", "", "replace only if the current content has this SHA-256 (else error: conflict)")
 	cmd.Flags().StringVar(&mode, "mode", "", "permission bits of the file, octal (default 0644)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -397,7 +420,7 @@ func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, func(
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; put sends one file", local)
+		return nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; put sends one file: copy directories with `tether cp %s WORKSPACE:PATH`", local, local)
 	}
 	if !fi.Mode().IsRegular() {
 		return f, func() { f.Close() }, nil
@@ -442,7 +465,11 @@ func newFilesMkdirCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = cl.Mkdir(cmd.Context(), args[0], args[1], parents, 0)
+			p, err := remotePath(cmd.Context(), cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			_, err = cl.Mkdir(cmd.Context(), args[0], p, parents, 0)
 			return err
 		},
 	}
@@ -461,7 +488,11 @@ func newFilesRmCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return cl.Remove(cmd.Context(), args[0], args[1], recursive)
+			p, err := remotePath(cmd.Context(), cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return cl.Remove(cmd.Context(), args[0], p, recursive)
 		},
 	}
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory and everything in it")
@@ -479,7 +510,15 @@ func newFilesMvCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = cl.Rename(cmd.Context(), args[0], args[1], args[2], replace)
+			from, err := remotePath(cmd.Context(), cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			to, err := remotePath(cmd.Context(), cl, args[0], args[2])
+			if err != nil {
+				return err
+			}
+			_, err = cl.Rename(cmd.Context(), args[0], from, to, replace)
 			return err
 		},
 	}
@@ -501,7 +540,11 @@ func newFilesChmodCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = cl.Chmod(cmd.Context(), args[0], args[2], m)
+			p, err := remotePath(cmd.Context(), cl, args[0], args[2])
+			if err != nil {
+				return err
+			}
+			_, err = cl.Chmod(cmd.Context(), args[0], p, m)
 			return err
 		},
 	}
@@ -515,4 +558,27 @@ func rangeArgs(lo, hi int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// mkParents creates the missing parent directories of the workspace path p, each through the
+// runner's guard (a symlink among them is refused, never followed).
+func mkParents(ctx context.Context, cl *client.Client, ws, p string) error {
+	parent := path.Dir(p)
+	if parent == "." || parent == "/" {
+		return nil
+	}
+	_, err := cl.Mkdir(ctx, ws, parent, true, 0)
+	return err
+}
+
+// dirHint turns a read refused because p is a directory into advice: directories travel with
+// `tether cp`. Any other error is returned as it is.
+func dirHint(ctx context.Context, cl *client.Client, ws, p string, err error) error {
+	if protocol.CodeOf(err) != protocol.CodeInvalidArgument {
+		return err
+	}
+	if fi, serr := cl.StatFile(ctx, ws, p); serr == nil && fi.Type == protocol.FileDir {
+		return protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; get reads one file: copy directories with `tether cp %s:%s LOCAL`", p, ws, p)
+	}
+	return err
 }

@@ -88,6 +88,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		newPortForwardCmd(c),
 		newLeaseCmd(c),
 		newFilesCmd(c),
+		newCpCmd(c),
 		newProviderCmd(c),
 		newProjectCmd(c),
 		newGCCmd(c),

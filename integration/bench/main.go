@@ -30,6 +30,7 @@ type config struct {
 	fileSize int64 // file get/put bytes
 	b64Size  int64 // base64-over-exec file bytes
 	treeSize int64 // bytes of the generated snapshot tree
+	cpSize   int64 // bytes of the generated tree `tether cp` copies
 	projSize int64 // committed bytes of the generated project repository
 	asJSON   bool
 	noDocker bool
@@ -50,7 +51,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	var mib, fileMiB, b64MiB, treeMiB, projMiB, clusterMiB int64
+	var mib, fileMiB, b64MiB, treeMiB, projMiB, clusterMiB, cpMiB int64
 	flag.IntVar(&cfg.n, "n", 200, "exec round trips through the Go client and the Engine API")
 	flag.IntVar(&cfg.cliN, "cli-n", 50, "exec round trips through the tether and docker CLIs")
 	flag.IntVar(&cfg.starts, "starts", 10, "workspace and container starts")
@@ -59,6 +60,7 @@ func main() {
 	flag.Int64Var(&fileMiB, "file-mib", 1024, "MiB of the file got and put through the Go client")
 	flag.Int64Var(&b64MiB, "b64-mib", 64, "MiB of the file got and put as base64 over exec in 192 KiB chunks")
 	flag.Int64Var(&treeMiB, "tree-mib", 1024, "MiB of the generated source-like tree that is snapshotted and restored")
+	flag.Int64Var(&cpMiB, "cp-mib", 64, "MiB of the generated source-like tree copied in and out with `tether cp` and `docker cp`")
 	flag.Int64Var(&projMiB, "project-mib", 32, "MiB committed in the generated Git repository that project workspaces check out")
 	flag.BoolVar(&cfg.noSnap, "no-snapshot", false, "skip the snapshot capture and restore rows")
 	flag.BoolVar(&cfg.noProj, "no-project", false, "skip the Git project rows (project create, and isolated project workspaces on the local and Docker providers)")
@@ -68,16 +70,17 @@ func main() {
 	flag.Int64Var(&clusterMiB, "cluster-file-mib", 64, "MiB of the file the cluster rows get")
 	flag.IntVar(&cfg.failovers, "failovers", 5, "times the cluster rows kill the runner's owner (the median is reported)")
 	var only string
-	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, project, cluster, reach); all when empty")
+	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, cp, project, cluster, reach); all when empty")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()
-	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 || projMiB < 1 || clusterMiB < 1 || cfg.failovers < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib, -tree-mib, -project-mib, -cluster-file-mib and -failovers must be at least 1")
+	if cfg.n < 1 || cfg.cliN < 1 || cfg.starts < 1 || cfg.rounds < 1 || mib < 1 || fileMiB < 1 || b64MiB < 1 || treeMiB < 1 || projMiB < 1 || clusterMiB < 1 || cpMiB < 1 || cfg.failovers < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n, -cli-n, -starts, -rounds, -mib, -file-mib, -b64-mib, -tree-mib, -project-mib, -cp-mib, -cluster-file-mib and -failovers must be at least 1")
 		os.Exit(2)
 	}
 	cfg.size, cfg.fileSize, cfg.b64Size, cfg.treeSize, cfg.projSize = mib<<20, fileMiB<<20, b64MiB<<20, treeMiB<<20, projMiB<<20
 	cfg.clusterFileSize = clusterMiB << 20
+	cfg.cpSize = cpMiB << 20
 	if only != "" {
 		cfg.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {

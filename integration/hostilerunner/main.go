@@ -277,9 +277,51 @@ func (h *hostile) handle(st *yamux.Stream) {
 		_ = cw.WriteFrame(protocol.ChanStdout, []byte("llo\n"))
 		_ = cw.WriteJSONFrame(protocol.ChanLogEnd, protocol.LogEnd{StdoutOffset: 8})
 		h.report(map[string]any{"mode": h.mode, "event": "lied about a run log"})
+	case protocol.OpTreeExport:
+		var args protocol.TreeExportArgs
+		_ = json.Unmarshal(hdr.Args, &args)
+		h.export(st, args)
 	default:
 		_ = protocol.WriteJSON(st, protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnsupported, "hostile runner: %s", hdr.Op)})
 	}
+}
+
+// export answers a tree export with a tar that attacks the host it is extracted on; the
+// path asked for picks the attack: "dotdot" (a name climbing out of the destination), "beside"
+// (an entry next to the destination), "symlink" (a link to / and a file written through it),
+// "lie" (an honest tar whose final counts lie).
+func (h *hostile) export(st *yamux.Stream, args protocol.TreeExportArgs) {
+	_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(`{"path":"x","name":"x","type":"dir","mode":493}`)})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	top := args.Name
+	add := func(name string, typ byte, link, body string) {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Typeflag: typ, Linkname: link, Mode: 0o755, Size: int64(len(body)), Format: tar.FormatPAX})
+		_, _ = tw.Write([]byte(body))
+	}
+	add(top+"/", tar.TypeDir, "", "")
+	add(top+"/a.txt", tar.TypeReg, "", "hello\n")
+	switch args.Path {
+	case "dotdot":
+		add(top+"/../../escaped", tar.TypeReg, "", "pwned\n")
+	case "beside":
+		add(".bashrc", tar.TypeReg, "", "pwned\n")
+	case "symlink":
+		add(top+"/l", tar.TypeSymlink, "/tmp", "")
+		add(top+"/l/escaped", tar.TypeReg, "", "pwned\n")
+	}
+	_ = tw.Close()
+	body := protocol.NewBodyWriter(st)
+	_, _ = body.Write(buf.Bytes())
+	if _, err := body.Finish(); err != nil {
+		return
+	}
+	counts := `{"files":2,"dirs":1,"symlinks":1,"bytes":12}` // what the symlink attack's tar holds
+	if args.Path == "lie" {
+		counts = `{"files":99,"dirs":1,"symlinks":0,"bytes":6}`
+	}
+	_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(counts)})
+	h.report(map[string]any{"mode": h.mode, "event": "hostile export", "path": args.Path})
 }
 
 // capture answers a capture with what the plan says.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"strings"
 	"time"
 
 	"github.com/tetherhq/tether/sandbox/fsguard"
@@ -26,6 +25,9 @@ type ExtractOptions struct {
 	Dir string
 	// MaxBytes, when positive, caps the total size of regular files.
 	MaxBytes int64
+	// Only, when set, is the one name the stream may hold at its top level: every entry must be
+	// Only or beneath it. A receiver that asked for one tree takes nothing beside it.
+	Only string
 }
 
 // Stats counts what Extract materialized.
@@ -65,6 +67,7 @@ func Extract(ctx context.Context, root *fsguard.Root, r io.Reader, opts ExtractO
 	}
 	defer st.Close()
 
+	st.only = opts.Only
 	stats, err := st.fill(ctx, r, opts.MaxBytes)
 	if err != nil {
 		return Stats{}, err
@@ -88,8 +91,7 @@ func invalid(name, msg string) error {
 
 // extractEntry materializes one header into the stage.
 func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, stats *Stats, maxBytes int64) error {
-	// Tar writes directories with one trailing slash; that is not an empty component.
-	name, err := fsguard.Clean(strings.TrimSuffix(h.Name, "/"))
+	name, err := entryName(h, s.only)
 	if err != nil {
 		return err
 	}
@@ -98,11 +100,6 @@ func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, s
 			return nil // the target itself, which already exists
 		}
 		return invalid(h.Name, "entry names the target directory")
-	}
-	for _, elem := range strings.Split(name, "/") {
-		if strings.HasPrefix(elem, StagePrefix) || strings.HasPrefix(elem, fsguard.TempPrefix) {
-			return invalid(name, "name is reserved for tether's temporary files")
-		}
 	}
 	parent, _ := path.Split(name)
 	if parent != "" {
@@ -131,6 +128,9 @@ func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, s
 		stats.Files++
 		stats.Bytes += res.Bytes
 	case tar.TypeSymlink:
+		if err := checkLinkTarget(name, h.Linkname); err != nil {
+			return err
+		}
 		if err := s.Dir.Symlink(h.Linkname, name); err != nil {
 			return err
 		}
@@ -138,14 +138,8 @@ func (s *stage) extractEntry(ctx context.Context, tr io.Reader, h *tar.Header, s
 			return err
 		}
 		stats.Symlinks++
-	case tar.TypeLink:
-		return invalid(name, "hard links are refused")
-	case tar.TypeChar, tar.TypeBlock:
-		return invalid(name, "device files are refused")
-	case tar.TypeFifo:
-		return invalid(name, "fifos are refused")
 	default:
-		return invalid(name, fmt.Sprintf("unsupported tar entry type %q", h.Typeflag))
+		return refusedType(name, h.Typeflag)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ const StagePrefix = staging.Prefix
 // stream before any of it is published.
 type stage struct {
 	*staging.Stage
+	only string // ExtractOptions.Only
 }
 
 func newStage(target *fsguard.Root) (*stage, error) {
@@ -25,7 +26,7 @@ func newStage(target *fsguard.Root) (*stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stage{s}, nil
+	return &stage{Stage: s}, nil
 }
 
 // fill reads the whole stream into the staging directory.

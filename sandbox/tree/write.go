@@ -26,6 +26,12 @@ type WriteOptions struct {
 	// SkipSpecial leaves out sockets, fifos and devices instead of failing
 	// on the first one (a Git fsmonitor socket in .git is a common case).
 	SkipSpecial bool
+	// Prefix, when set, names the directory itself in the archive (one entry, with its mode
+	// and mtime) and puts every entry beneath it: Prefix/a, Prefix/b/c. Empty: entries are
+	// named relative to the directory, which itself has no entry.
+	Prefix string
+	// Progress, when set, is told the length of every piece of file content archived.
+	Progress func(n int64)
 }
 
 // Write streams the host directory dir as a PAX tar to w: regular files,
@@ -65,10 +71,19 @@ func Write(ctx context.Context, w io.Writer, dir string, opts WriteOptions) (err
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
+		if err != nil {
 			return err
 		}
-		return writeEntry(ctx, tw, p, filepath.ToSlash(rel), d, opts)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case opts.Prefix == "" && rel == ".":
+			return nil
+		case rel == ".":
+			rel = opts.Prefix
+		case opts.Prefix != "":
+			rel = opts.Prefix + "/" + rel
+		}
+		return writeEntry(ctx, tw, p, rel, d, opts)
 	})
 	if err != nil {
 		return err
@@ -102,7 +117,7 @@ func writeEntry(ctx context.Context, tw *tar.Writer, p, rel string, d fs.DirEntr
 		h.Typeflag, h.Linkname = tar.TypeSymlink, target
 		return tw.WriteHeader(h)
 	case 0:
-		return writeFile(ctx, tw, p, h, fi)
+		return writeFile(ctx, tw, p, h, fi, opts.Progress)
 	}
 	if opts.SkipSpecial {
 		return nil
@@ -117,7 +132,7 @@ func writeEntry(ctx context.Context, tw *tar.Writer, p, rel string, d fs.DirEntr
 // moved; or, for a file changed within the last second or held open by a
 // writer, a second read that differs), fails the whole import with
 // changed_during_capture.
-func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, before fs.FileInfo) error {
+func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, before fs.FileInfo, progress func(int64)) error {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
@@ -142,6 +157,9 @@ func writeFile(ctx context.Context, tw *tar.Writer, p string, h *tar.Header, bef
 	if !rd.Settled() {
 		sum = sha256.New()
 		dst = io.MultiWriter(tw, sum)
+	}
+	if progress != nil {
+		dst = progressWriter{dst, progress}
 	}
 	n, err := io.Copy(dst, ctxio.Reader{Ctx: ctx, R: io.LimitReader(f, h.Size)})
 	if err != nil {
@@ -169,4 +187,16 @@ func tarMode(m fs.FileMode) int64 {
 		mode |= 0o1000
 	}
 	return mode
+}
+
+// progressWriter tells every write's length.
+type progressWriter struct {
+	w    io.Writer
+	tell func(int64)
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.tell(int64(n))
+	return n, err
 }
