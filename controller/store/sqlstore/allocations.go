@@ -54,7 +54,7 @@ func (s *DB) insertAllocation(ctx context.Context, tx *sql.Tx, a store.Allocatio
 }
 
 func (s *DB) GetAllocation(ctx context.Context, id string) (store.Allocation, error) {
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE id = ?`), id))
+	a, err := scanAllocation(s.queryRow(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, notFound("allocation", id)
 	}
@@ -93,7 +93,7 @@ func (s *DB) UpdateAllocation(ctx context.Context, id, state, root, runnerVersio
 // the same controller the workspace got ready, and the upkeep then failed its allocation as
 // overdue and stopped its sandbox.
 func (s *DB) SetStartingRoot(ctx context.Context, id, root string) error {
-	_, err := s.db.ExecContext(ctx, s.d.q(`UPDATE allocations SET root = ?, updated_at = ? WHERE id = ? AND state = 'starting'`),
+	_, err := s.exec(ctx, s.d.q(`UPDATE allocations SET root = ?, updated_at = ? WHERE id = ? AND state = 'starting'`),
 		root, s.now(), id)
 	if err != nil {
 		return fmt.Errorf("record allocation root: %w", err)
@@ -164,7 +164,7 @@ func (s *DB) OverdueAllocations(ctx context.Context, now time.Time) ([]store.All
 // PostgreSQL the notifications leave with its commit, so a watcher never re-reads a record
 // before the change is visible.
 func (s *DB) changeAllocations(ctx context.Context, update string, args ...any) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(s.d.announce(update)), args...)
+	rows, err := s.query(ctx, s.d.q(s.d.announce(update)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("update allocations: %w", err)
 	}

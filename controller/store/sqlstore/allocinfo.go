@@ -26,14 +26,14 @@ func (s *DB) SetAllocationInfo(ctx context.Context, id string, info map[string]s
 	if _, err := s.GetAllocation(ctx, id); err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO allocation_info (allocation_id, info) VALUES (?, ?)
+	_, err = s.exec(ctx, s.d.q(`INSERT INTO allocation_info (allocation_id, info) VALUES (?, ?)
 		ON CONFLICT (allocation_id) DO UPDATE SET info = excluded.info`), id, string(b))
 	return err
 }
 
 func (s *DB) AllocationInfo(ctx context.Context, id string) (map[string]string, error) {
 	var raw string
-	err := s.db.QueryRowContext(ctx, s.d.q(`SELECT info FROM allocation_info WHERE allocation_id = ?`), id).Scan(&raw)
+	err := s.queryRow(ctx, s.d.q(`SELECT info FROM allocation_info WHERE allocation_id = ?`), id).Scan(&raw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return map[string]string{}, nil
 	}

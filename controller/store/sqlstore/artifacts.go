@@ -38,7 +38,7 @@ func scanArtifact(row interface{ Scan(...any) error }) (api.Artifact, error) {
 }
 
 func (s *DB) CreateArtifact(ctx context.Context, a api.Artifact) error {
-	_, err := s.db.ExecContext(ctx, s.d.q(`INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.exec(ctx, s.d.q(`INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 		a.ID, a.WorkspaceID, a.Name, a.Bytes, a.SHA256, a.ObjectKey, nullTime(a.RevokedAt), a.CreatedAt.UTC())
 	if err != nil {
 		return fmt.Errorf("insert artifact: %w", err)
@@ -54,7 +54,7 @@ func nullTime(t *time.Time) sql.NullTime {
 }
 
 func (s *DB) GetArtifact(ctx context.Context, id string) (api.Artifact, error) {
-	a, err := scanArtifact(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+artifactCols+` FROM artifacts WHERE id = ?`), id))
+	a, err := scanArtifact(s.queryRow(ctx, s.d.q(`SELECT `+artifactCols+` FROM artifacts WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, notFound("artifact", id)
 	}
@@ -67,7 +67,7 @@ func (s *DB) ListArtifacts(ctx context.Context, workspaceID string) ([]api.Artif
 
 // RevokeArtifact sets revoked_at once; a second revocation keeps the first time.
 func (s *DB) RevokeArtifact(ctx context.Context, id string, at time.Time) (api.Artifact, error) {
-	if _, err := s.db.ExecContext(ctx, s.d.q(`UPDATE artifacts SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`), at.UTC(), id); err != nil {
+	if _, err := s.exec(ctx, s.d.q(`UPDATE artifacts SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`), at.UTC(), id); err != nil {
 		return api.Artifact{}, fmt.Errorf("revoke artifact: %w", err)
 	}
 	return s.GetArtifact(ctx, id)

@@ -26,14 +26,14 @@ func (s *DB) SetCheckpointEvery(ctx context.Context, id string, every *time.Dura
 	if every != nil {
 		v = int64(*every)
 	}
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET checkpoint_every = ? WHERE id = ?`), v, id)
+	res, err := s.exec(ctx, s.d.q(`UPDATE workspaces SET checkpoint_every = ? WHERE id = ?`), v, id)
 	return affected(res, err, "workspace", id)
 }
 
 // SetCheckpointChecked records when a checkpoint last looked at the workspace. It is not a change
 // of the workspace: updated_at stays.
 func (s *DB) SetCheckpointChecked(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET checkpoint_at = ? WHERE id = ?`), at.UTC(), id)
+	res, err := s.exec(ctx, s.d.q(`UPDATE workspaces SET checkpoint_at = ? WHERE id = ?`), at.UTC(), id)
 	return affected(res, err, "workspace", id)
 }
 

@@ -95,7 +95,7 @@ func (t *lockTable) close() {
 
 // TouchUpload records that controller is writing key now.
 func (s *DB) TouchUpload(ctx context.Context, key, controller string) error {
-	if _, err := s.db.ExecContext(ctx, s.d.q(`INSERT INTO uploads (key, controller, touched_at) VALUES (?, ?, ?)
+	if _, err := s.exec(ctx, s.d.q(`INSERT INTO uploads (key, controller, touched_at) VALUES (?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET controller = excluded.controller, touched_at = excluded.touched_at`),
 		key, controller, s.now()); err != nil {
 		return fmt.Errorf("touch upload %s: %w", key, err)
@@ -105,7 +105,7 @@ func (s *DB) TouchUpload(ctx context.Context, key, controller string) error {
 
 // DoneUpload forgets key; an upload never touched is not an error.
 func (s *DB) DoneUpload(ctx context.Context, key string) error {
-	if _, err := s.db.ExecContext(ctx, s.d.q(`DELETE FROM uploads WHERE key = ?`), key); err != nil {
+	if _, err := s.exec(ctx, s.d.q(`DELETE FROM uploads WHERE key = ?`), key); err != nil {
 		return fmt.Errorf("done upload %s: %w", key, err)
 	}
 	return nil

@@ -36,7 +36,7 @@ func (s *DB) addEvent(ctx context.Context, tx *sql.Tx, workspaceID string, from,
 }
 
 func (s *DB) ListEvents(ctx context.Context, workspaceID string) ([]api.Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(`SELECT at, from_state, to_state, cause FROM workspace_events WHERE workspace_id = ? ORDER BY seq`), workspaceID)
+	rows, err := s.query(ctx, s.d.q(`SELECT at, from_state, to_state, cause FROM workspace_events WHERE workspace_id = ? ORDER BY seq`), workspaceID)
 	if err != nil {
 		return nil, err
 	}

@@ -50,12 +50,12 @@ func SchemaVersions(ctx context.Context, s *DB) ([]int, error) {
 
 // Exec runs a statement written with `?` placeholders directly on the database.
 func Exec(ctx context.Context, s *DB, q string, args ...any) (sql.Result, error) {
-	return s.db.ExecContext(ctx, s.d.q(q), args...)
+	return s.exec(ctx, s.d.q(q), args...)
 }
 
 // QueryRow runs a query written with `?` placeholders directly on the database.
 func QueryRow(ctx context.Context, s *DB, q string, args ...any) *sql.Row {
-	return s.db.QueryRowContext(ctx, s.d.q(q), args...)
+	return s.queryRow(ctx, s.d.q(q), args...)
 }
 
 // UseMigrations makes stores opened from now on apply only the first n migrations (as an older

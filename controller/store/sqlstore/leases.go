@@ -72,7 +72,7 @@ func (s *DB) AcquireLease(ctx context.Context, workspaceID, holder string, ttl t
 // RenewLease extends the live lease with this epoch; any other epoch is stale.
 func (s *DB) RenewLease(ctx context.Context, workspaceID string, epoch uint64, ttl time.Duration) (api.Lease, error) {
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE leases SET expires_at = ? WHERE workspace_id = ? AND epoch = ? AND expires_at > ?`),
+	res, err := s.exec(ctx, s.d.q(`UPDATE leases SET expires_at = ? WHERE workspace_id = ? AND epoch = ? AND expires_at > ?`),
 		now.Add(ttl), workspaceID, int64(epoch), now)
 	if err != nil {
 		return api.Lease{}, err
@@ -87,7 +87,7 @@ func (s *DB) RenewLease(ctx context.Context, workspaceID string, epoch uint64, t
 // ReleaseLease gives up the lease with this epoch. The epoch stays where it is: a later
 // acquirer gets a higher one.
 func (s *DB) ReleaseLease(ctx context.Context, workspaceID string, epoch uint64) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`DELETE FROM leases WHERE workspace_id = ? AND epoch = ? AND expires_at > ?`), workspaceID, int64(epoch), s.now())
+	res, err := s.exec(ctx, s.d.q(`DELETE FROM leases WHERE workspace_id = ? AND epoch = ? AND expires_at > ?`), workspaceID, int64(epoch), s.now())
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (s *DB) ReleaseLease(ctx context.Context, workspaceID string, epoch uint64)
 
 // CurrentLease returns the live (unexpired) lease, if any.
 func (s *DB) CurrentLease(ctx context.Context, workspaceID string) (api.Lease, bool, error) {
-	l, err := scanLease(s.db.QueryRowContext(ctx, s.d.q(`SELECT workspace_id, holder, epoch, acquired_at, expires_at FROM leases WHERE workspace_id = ? AND expires_at > ?`),
+	l, err := scanLease(s.queryRow(ctx, s.d.q(`SELECT workspace_id, holder, epoch, acquired_at, expires_at FROM leases WHERE workspace_id = ? AND expires_at > ?`),
 		workspaceID, s.now()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Lease{}, false, nil

@@ -39,7 +39,7 @@ func scanMember(row interface{ Scan(...any) error }) (store.Member, error) {
 // re-registration after a restart are the same call.
 func (s *DB) Heartbeat(ctx context.Context, m store.Member) (time.Time, error) {
 	now := s.now()
-	if _, err := s.db.ExecContext(ctx, s.d.q(`INSERT INTO members (`+memberCols+`) VALUES (?, ?, ?, ?, ?)
+	if _, err := s.exec(ctx, s.d.q(`INSERT INTO members (`+memberCols+`) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version,
 			started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`),
 		m.ID, m.Address, m.Version, m.StartedAt.UTC(), now); err != nil {
@@ -49,7 +49,7 @@ func (s *DB) Heartbeat(ctx context.Context, m store.Member) (time.Time, error) {
 }
 
 func (s *DB) GetMember(ctx context.Context, id string) (store.Member, error) {
-	m, err := scanMember(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+memberCols+` FROM members WHERE id = ?`), id))
+	m, err := scanMember(s.queryRow(ctx, s.d.q(`SELECT `+memberCols+` FROM members WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, notFound("member", id)
 	}
@@ -61,7 +61,7 @@ func (s *DB) ListMembers(ctx context.Context) ([]store.Member, error) {
 }
 
 func (s *DB) RemoveMember(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, s.d.q(`DELETE FROM members WHERE id = ?`), id); err != nil {
+	if _, err := s.exec(ctx, s.d.q(`DELETE FROM members WHERE id = ?`), id); err != nil {
 		return fmt.Errorf("remove member %s: %w", id, err)
 	}
 	return nil
@@ -79,7 +79,7 @@ func (s *DB) ClusterSecret(ctx context.Context) (string, error) {
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("cluster secret: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.d.q(`INSERT INTO cluster (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING`),
+	if _, err := s.exec(ctx, s.d.q(`INSERT INTO cluster (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING`),
 		clusterSecretKey, hex.EncodeToString(b)); err != nil {
 		return "", fmt.Errorf("cluster secret: %w", err)
 	}
@@ -88,7 +88,7 @@ func (s *DB) ClusterSecret(ctx context.Context) (string, error) {
 
 func (s *DB) clusterSecret(ctx context.Context) (string, error) {
 	var v string
-	err := s.db.QueryRowContext(ctx, s.d.q(`SELECT v FROM cluster WHERE k = ?`), clusterSecretKey).Scan(&v)
+	err := s.queryRow(ctx, s.d.q(`SELECT v FROM cluster WHERE k = ?`), clusterSecretKey).Scan(&v)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("cluster secret: %w", err)
 	}

@@ -35,7 +35,7 @@ func scanPreview(row interface{ Scan(...any) error }) (store.Preview, error) {
 }
 
 func (s *DB) CreatePreview(ctx context.Context, p store.Preview) error {
-	_, err := s.db.ExecContext(ctx, s.d.q(`INSERT INTO previews (`+previewCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.exec(ctx, s.d.q(`INSERT INTO previews (`+previewCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		p.ID, p.Hash, p.WorkspaceID, p.Service, p.CreatedAt.UTC(), p.ExpiresAt.UTC(), zeroNull(p.RevokedAt))
 	if err != nil {
 		// A taken id or hash (random, 128 and 160 bits) is a broken RNG, not a caller's error.
@@ -46,7 +46,7 @@ func (s *DB) CreatePreview(ctx context.Context, p store.Preview) error {
 
 // PreviewByHash finds the preview whose secret hashes to hash, whatever its state.
 func (s *DB) PreviewByHash(ctx context.Context, hash string) (store.Preview, error) {
-	p, err := scanPreview(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+previewCols+` FROM previews WHERE hash = ?`), hash))
+	p, err := scanPreview(s.queryRow(ctx, s.d.q(`SELECT `+previewCols+` FROM previews WHERE hash = ?`), hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		// Never echo the hash: it is as good as the secret's fingerprint in a log.
 		return p, protocol.Errorf(protocol.CodeNotFound, "no preview has that hash")
@@ -60,13 +60,13 @@ func (s *DB) ListPreviews(ctx context.Context, workspaceID, service string) ([]s
 }
 
 func (s *DB) RevokePreviews(ctx context.Context, workspaceID, service string, at time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE previews SET revoked_at = ? WHERE workspace_id = ? AND service = ? AND revoked_at IS NULL AND expires_at > ?`),
+	res, err := s.exec(ctx, s.d.q(`UPDATE previews SET revoked_at = ? WHERE workspace_id = ? AND service = ? AND revoked_at IS NULL AND expires_at > ?`),
 		at.UTC(), workspaceID, service, at.UTC())
 	return rowsAffected(res, err)
 }
 
 func (s *DB) PurgePreviews(ctx context.Context, before time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.d.q(`DELETE FROM previews WHERE expires_at < ? OR revoked_at < ?`), before.UTC(), before.UTC())
+	res, err := s.exec(ctx, s.d.q(`DELETE FROM previews WHERE expires_at < ? OR revoked_at < ?`), before.UTC(), before.UTC())
 	return rowsAffected(res, err)
 }
 

@@ -128,7 +128,7 @@ func scanProject(row interface{ Scan(...any) error }) (api.Project, error) {
 
 // GetProject finds a project by id or, failing that, by name.
 func (s *DB) GetProject(ctx context.Context, idOrName string) (api.Project, error) {
-	p, err := scanProject(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+projectCols+` FROM projects
+	p, err := scanProject(s.queryRow(ctx, s.d.q(`SELECT `+projectCols+` FROM projects
 		WHERE id = ? OR name = ? ORDER BY id = ? DESC LIMIT 1`), idOrName, idOrName, idOrName))
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, notFound("project", idOrName)
@@ -156,7 +156,7 @@ func (s *DB) OpenWorkspaceFor(ctx context.Context, projectID, branch string) (ap
 	if projectID == "" {
 		return api.Workspace{}, false, nil
 	}
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+workspaceCols+workspaceFrom+`
+	w, err := scanWorkspace(s.queryRow(ctx, s.d.q(`SELECT `+workspaceCols+workspaceFrom+`
 		WHERE w.project_id = ? AND w.branch = ? AND w.state NOT IN ('deleted', 'failed')
 		ORDER BY w.created_at DESC, w.id DESC LIMIT 1`), projectID, branch))
 	if errors.Is(err, sql.ErrNoRows) {

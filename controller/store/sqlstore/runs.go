@@ -36,7 +36,7 @@ func (s *DB) CreateRun(ctx context.Context, r api.Run) error {
 	if r.IdempotencyKey != "" {
 		key = r.IdempotencyKey
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, epoch, kind, output, started_at, idempotency_key)
+	_, err = s.exec(ctx, s.d.q(`INSERT INTO runs (id, workspace_id, allocation_id, argv, cwd, state, epoch, kind, output, started_at, idempotency_key)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.ID, r.WorkspaceID, r.AllocationID, string(argv), r.Cwd, r.State, int64(r.Epoch), r.Kind, storableText(r.Output), r.StartedAt.UTC(), key)
 	if err != nil && key != nil {
@@ -56,7 +56,7 @@ func runKeyTaken(key string) error {
 }
 
 func (s *DB) RunByIdempotencyKey(ctx context.Context, workspaceID, key string) (api.Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE workspace_id = ? AND idempotency_key = ?`), workspaceID, key))
+	r, err := scanRun(s.queryRow(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE workspace_id = ? AND idempotency_key = ?`), workspaceID, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, protocol.Errorf(protocol.CodeNotFound, "no run of workspace %s has idempotency key %q", workspaceID, key)
 	}
@@ -64,7 +64,7 @@ func (s *DB) RunByIdempotencyKey(ctx context.Context, workspaceID, key string) (
 }
 
 func (s *DB) FinishRun(ctx context.Context, f store.RunFinish) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE runs SET state = ?, exit_code = ?, signal = ?, error = ?, finished_at = ? WHERE id = ?`),
+	res, err := s.exec(ctx, s.d.q(`UPDATE runs SET state = ?, exit_code = ?, signal = ?, error = ?, finished_at = ? WHERE id = ?`),
 		f.State, f.ExitCode, f.Signal, f.Error, f.At.UTC(), f.ID)
 	return affected(res, err, "run", f.ID)
 }
@@ -98,7 +98,7 @@ func scanRun(row interface{ Scan(...any) error }) (api.Run, error) {
 }
 
 func (s *DB) GetRun(ctx context.Context, id string) (api.Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE id = ?`), id))
+	r, err := scanRun(s.queryRow(ctx, s.d.q(`SELECT `+runCols+` FROM runs WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, notFound("run", id)
 	}
@@ -119,6 +119,6 @@ func (s *DB) RunningRuns(ctx context.Context, allocationID string) ([]api.Run, e
 
 // SetRunOutput records a run's kind and the tail of its output (see storableText).
 func (s *DB) SetRunOutput(ctx context.Context, id, kind, output string) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE runs SET kind = ?, output = ? WHERE id = ?`), kind, storableText(output), id)
+	res, err := s.exec(ctx, s.d.q(`UPDATE runs SET kind = ?, output = ? WHERE id = ?`), kind, storableText(output), id)
 	return affected(res, err, "run", id)
 }

@@ -61,7 +61,7 @@ func (s *DB) PutService(ctx context.Context, v api.Service) error {
 	if updated.IsZero() {
 		updated = s.now()
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO services (`+serviceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err = s.exec(ctx, s.d.q(`INSERT INTO services (`+serviceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (workspace_id, name) DO UPDATE SET state = excluded.state, reason = excluded.reason, port = excluded.port,
 		restarts = excluded.restarts, pid = excluded.pid, stderr_tail = excluded.stderr_tail, log_end = excluded.log_end,
 		argv = excluded.argv, started_at = excluded.started_at, ready_at = excluded.ready_at,

@@ -69,7 +69,7 @@ func (s *DB) ConfirmSession(ctx context.Context, allocationID, h string) (bool, 
 	if h == "" {
 		return false, nil
 	}
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE allocations SET session_hash = pending_session_hash, pending_session_hash = '', updated_at = ?
+	res, err := s.exec(ctx, s.d.q(`UPDATE allocations SET session_hash = pending_session_hash, pending_session_hash = '', updated_at = ?
 		WHERE id = ? AND pending_session_hash = ? AND state NOT IN ('destroyed', 'failed')`), s.now(), allocationID, h)
 	if err != nil {
 		return false, err
@@ -79,7 +79,7 @@ func (s *DB) ConfirmSession(ctx context.Context, allocationID, h string) (bool, 
 }
 
 func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocation, error) {
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`), h))
+	a, err := scanAllocation(s.queryRow(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE bootstrap_hash = ?`), h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}
@@ -101,7 +101,7 @@ func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocatio
 	if h == "" {
 		return store.Allocation{}, protocol.Errorf(protocol.CodeUnauthorized, "empty session token")
 	}
-	a, err := scanAllocation(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ? OR pending_session_hash = ?`), h, h))
+	a, err := scanAllocation(s.queryRow(ctx, s.d.q(`SELECT `+allocationCols+` FROM allocations WHERE session_hash = ? OR pending_session_hash = ?`), h, h))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "unknown runner token")
 	}

@@ -36,7 +36,7 @@ func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.exec(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
 		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey, snap.Checkpoint)
 	if err != nil {
@@ -77,7 +77,7 @@ func scanSnapshot(row interface{ Scan(...any) error }) (api.Snapshot, error) {
 }
 
 func (s *DB) GetSnapshot(ctx context.Context, id string) (api.Snapshot, error) {
-	snap, err := scanSnapshot(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`), id))
+	snap, err := scanSnapshot(s.queryRow(ctx, s.d.q(`SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return snap, notFound("snapshot", id)
 	}
@@ -179,7 +179,7 @@ func (s *DB) RemoveSnapshot(ctx context.Context, id string) (api.Snapshot, error
 // ReclaimSnapshot marks the receipt's object reclaimed at at; a receipt already marked keeps its
 // first time.
 func (s *DB) ReclaimSnapshot(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE snapshots SET reclaimed_at = ? WHERE id = ? AND reclaimed_at IS NULL`), at.UTC(), id)
+	res, err := s.exec(ctx, s.d.q(`UPDATE snapshots SET reclaimed_at = ? WHERE id = ? AND reclaimed_at IS NULL`), at.UTC(), id)
 	if err != nil {
 		return fmt.Errorf("reclaim snapshot: %w", err)
 	}

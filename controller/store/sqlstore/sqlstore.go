@@ -30,6 +30,7 @@ type DB struct {
 	wg        sync.WaitGroup
 	watch     watchHub  // the watchers of allocation changes
 	locks     lockTable // the cluster locks this store holds
+	stmts     stmtCache // SQLite's prepared statements
 	closeOnce sync.Once
 }
 
@@ -140,6 +141,7 @@ func (s *DB) Close() error {
 		s.stopListener()
 		s.wg.Wait()
 		s.locks.close()
+		s.stmts.close()
 	})
 	return s.db.Close()
 }
@@ -165,7 +167,7 @@ func affected(res sql.Result, err error, kind, id string) error {
 // queryAll runs a query and scans every row with scan; an empty result is an empty slice, so
 // it encodes as [] rather than null.
 func queryAll[T any](ctx context.Context, s *DB, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.q(query), args...)
+	rows, err := s.query(ctx, s.d.q(query), args...)
 	if err != nil {
 		return nil, err
 	}

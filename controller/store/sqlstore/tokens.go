@@ -96,7 +96,7 @@ func (s *DB) CreateToken(ctx context.Context, t store.Token) error {
 // TokenByHash finds the token whose secret hashes to hash, whatever its state: whether a revoked
 // or expired token is refused is the caller's decision (and its error message).
 func (s *DB) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+tokenCols+` FROM tokens WHERE hash = ?`), hash))
+	t, err := scanToken(s.queryRow(ctx, s.d.q(`SELECT `+tokenCols+` FROM tokens WHERE hash = ?`), hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		// Never echo the hash: it is as good as a secret's fingerprint in a log.
 		return t, protocol.Errorf(protocol.CodeNotFound, "no token has that hash")
@@ -110,6 +110,6 @@ func (s *DB) ListTokens(ctx context.Context) ([]store.Token, error) {
 
 // RevokeToken revokes the live token of that name; already revoked ones keep their time.
 func (s *DB) RevokeToken(ctx context.Context, name string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`), at.UTC(), name)
+	res, err := s.exec(ctx, s.d.q(`UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`), at.UTC(), name)
 	return affected(res, err, "token", name)
 }

@@ -106,7 +106,7 @@ func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 }
 
 func (s *DB) GetWorkspace(ctx context.Context, id string) (api.Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.d.q(`SELECT `+workspaceCols+workspaceFrom+`
+	w, err := scanWorkspace(s.queryRow(ctx, s.d.q(`SELECT `+workspaceCols+workspaceFrom+`
 		WHERE w.id = ? OR (w.name = ? AND w.state <> 'deleted')
 		ORDER BY w.id = ? DESC LIMIT 1`), id, id, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -175,6 +175,6 @@ func (s *DB) TransitionWorkspace(ctx context.Context, id string, ev wsstate.Even
 // SetWorkspaceReclaimed records the time of the latest sweep that reclaimed the workspace. It is
 // not a change of the workspace's state: updated_at stays.
 func (s *DB) SetWorkspaceReclaimed(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.q(`UPDATE workspaces SET reclaimed_at = ? WHERE id = ?`), at.UTC(), id)
+	res, err := s.exec(ctx, s.d.q(`UPDATE workspaces SET reclaimed_at = ? WHERE id = ?`), at.UTC(), id)
 	return affected(res, err, "workspace", id)
 }
