@@ -3,7 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/forward"
@@ -19,8 +22,19 @@ import (
 // connection limit.
 type forwardedConn struct {
 	net.Conn
-	Grant *forward.Grant
+	Grant  *forward.Grant
+	closed sync.Once
 }
+
+// A closed connection keeps its slot until the sandbox's side has ended too: the runner's stream
+// is only half-closed by Close (yamux has no reset to send), so a slot given back at once would
+// let streams pile up beyond the limit for as long as the runner keeps its half open. What still
+// arrives is read and dropped, up to settleDrain within settleWait; past either, the slot goes
+// anyway (an honest runner ends its half within 30 s of a stalled write, runner/forward.go).
+const (
+	settleWait  = 35 * time.Second
+	settleDrain = 1 << 20
+)
 
 // CloseWrite half-closes the connection (the runner's stream sends its FIN) and keeps the slot:
 // the answer may still be on its way.
@@ -33,9 +47,19 @@ func (c *forwardedConn) CloseWrite() error {
 }
 
 func (c *forwardedConn) Close() error {
-	err := c.Conn.Close()
-	c.Grant.Release()
+	var err error
+	c.closed.Do(func() {
+		err = c.Conn.Close()
+		go c.settle()
+	})
 	return err
+}
+
+// settle releases the slot once the sandbox's side of the connection has ended (see settleWait).
+func (c *forwardedConn) settle() {
+	defer c.Grant.Release()
+	_ = c.Conn.SetReadDeadline(time.Now().Add(settleWait))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.Conn, settleDrain))
 }
 
 // dialPort connects to port inside the workspace's sandbox for a client. The port must be one a
@@ -69,12 +93,8 @@ func (s *Server) dialAllowed(ctx context.Context, ws api.Workspace, port int) (*
 	if err != nil {
 		return nil, err
 	}
-	// ws was read for this request: its state is checked here rather than read again.
-	if ws.State != api.StateReady {
-		g.Release()
-		return nil, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s", ws.Name, ws.State)
-	}
-	rc, err := s.reach(ctx, ws.AllocationID)
+	// Read again: a pooled proxy transport dials with the workspace as it was when it was made.
+	rc, err := s.runnerFor(ctx, ws.ID)
 	if err != nil {
 		g.Release()
 		return nil, err

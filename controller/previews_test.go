@@ -235,11 +235,11 @@ func TestRewriteLocation(t *testing.T) {
 		{"next", "next"},
 		{"//example.com/x", "//example.com/x"},
 	} {
-		if got := rewriteLocation(c.in, up, prefix); got != c.want {
+		if got := rewriteLocation(c.in, up, prefix, ""); got != c.want {
 			t.Errorf("rewriteLocation(%q) = %q; want %q", c.in, got, c.want)
 		}
 	}
-	if got := rewriteLocation("http://localhost:5173/x", up, ""); got != "/x" {
+	if got := rewriteLocation("http://localhost:5173/x", up, "", ""); got != "/x" {
 		t.Errorf("on the preview host: %q; want /x", got)
 	}
 }

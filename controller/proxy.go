@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,16 @@ import (
 // page register a service worker for the whole origin (every other preview, the API paths),
 // Clear-Site-Data would wipe what the browser keeps for the origin (other previews' cookies and
 // storage).
-var proxyStripped = []string{"Service-Worker-Allowed", "Clear-Site-Data"}
+// Strict-Transport-Security and Alt-Svc would bind the controller's host (and, with
+// includeSubDomains, every preview host under it) to what the app says.
+var proxyStripped = []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc"}
+
+// tetherCredential says whether an Authorization header carries a Tether token (the operator's or
+// an API token): never the app's to see, whichever way the request came in.
+func tetherCredential(h string) bool {
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return ok && (strings.HasPrefix(tok, prefixOperator) || strings.HasPrefix(tok, prefixAPI))
+}
 
 // proxyTarget is one request to proxy.
 type proxyTarget struct {
@@ -70,11 +80,15 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarge
 			pr.Out.URL.RawPath = t.rest
 			pr.Out.URL.Path, _ = url.PathUnescape(t.rest)
 			pr.SetXForwarded()
+			// What the client says of the proxy's own headers is not passed on as if the proxy
+			// had said it (a prefix an app builds its links and redirects from).
+			pr.Out.Header.Del("X-Forwarded-Prefix")
+			pr.Out.Header.Del("Forwarded")
 			if t.prefix != "" {
 				pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
 			}
-			if !t.preview {
-				// The operator's credential is the controller's, never the app's.
+			if !t.preview || tetherCredential(pr.Out.Header.Get("Authorization")) {
+				// A Tether credential is the controller's, never the app's.
 				pr.Out.Header.Del("Authorization")
 			}
 		},
@@ -83,12 +97,12 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarge
 				resp.Header.Del(h)
 			}
 			if loc := resp.Header.Get("Location"); loc != "" {
-				resp.Header.Set("Location", rewriteLocation(loc, upstream, t.prefix))
+				resp.Header.Set("Location", rewriteLocation(loc, upstream, t.prefix, r.Host))
 			}
 			if t.preview && resp.Header.Get("Referrer-Policy") == "" {
-				// A link out of the page would otherwise tell the site it leads to the
-				// preview's URL, token and all.
-				resp.Header.Set("Referrer-Policy", "same-origin")
+				// A link out of the page (or to another preview on the same origin) would
+				// otherwise tell where it leads the preview's URL, token and all.
+				resp.Header.Set("Referrer-Policy", "no-referrer")
 			}
 			return nil
 		},
@@ -108,15 +122,18 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarge
 }
 
 // rewriteLocation keeps a redirect of the app under its prefix: an absolute URL to the
-// upstream becomes a path under the prefix, and a path from the root that is not already
-// under it (an app that ignores X-Forwarded-Prefix) is put under it.
-func rewriteLocation(loc, upstream, prefix string) string {
+// upstream, or to the controller itself (self: the host the client asked), becomes a path under
+// the prefix, and a path from the root that is not already under it (an app that ignores
+// X-Forwarded-Prefix) is put under it. An app never redirects a client, who may follow with its
+// token, to the controller's API.
+func rewriteLocation(loc, upstream, prefix, self string) string {
 	u, err := url.Parse(loc)
 	if err != nil {
 		return loc
 	}
 	if u.Host != "" {
-		if !strings.EqualFold(u.Host, upstream) && !strings.EqualFold(u.Host, "127.0.0.1:"+upstream[len("localhost:"):]) {
+		toUpstream := strings.EqualFold(u.Host, upstream) || strings.EqualFold(u.Host, "127.0.0.1:"+upstream[len("localhost:"):])
+		if !toUpstream && (self == "" || !strings.EqualFold(u.Host, self)) {
 			return loc
 		}
 		u.Scheme, u.Host, u.User = "", "", nil
@@ -127,6 +144,10 @@ func rewriteLocation(loc, upstream, prefix string) string {
 	if p == "" {
 		p = "/"
 	}
+	// Dot segments are resolved first: a path that only looks under the prefix
+	// (PREFIX/../../v1/…) is a path from the root, which a client following the redirect with
+	// its token would otherwise send to the API.
+	p = cleanURLPath(p)
 	if prefix != "" && p != prefix && !strings.HasPrefix(p, prefix+"/") {
 		p = prefix + p
 	}
@@ -138,6 +159,15 @@ func rewriteLocation(loc, upstream, prefix string) string {
 		out += "#" + u.EscapedFragment()
 	}
 	return out
+}
+
+// cleanURLPath resolves . and .. segments of an escaped path, keeping a trailing slash.
+func cleanURLPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // handleServiceProxy is the operator's proxy:

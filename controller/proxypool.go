@@ -23,6 +23,9 @@ const (
 	proxyIdlePerService = 16
 	// proxyIdleTimeout is how long an idle connection is kept.
 	proxyIdleTimeout = 30 * time.Second
+	// proxyMaxResponseHeader bounds an app's response header (Go's default is 10 MiB, on each of
+	// a workspace's connections).
+	proxyMaxResponseHeader = 256 << 10
 	// proxyPoolMax bounds the services with a transport; past it, the least recently used goes.
 	proxyPoolMax = 256
 )
@@ -88,9 +91,11 @@ func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport
 			}
 			return &pacedConn{forwardedConn: c, ctx: s.ctx}, nil
 		},
-		MaxIdleConnsPerHost:   proxyIdlePerService,
-		IdleConnTimeout:       proxyIdleTimeout,
-		ExpectContinueTimeout: time.Second,
+		MaxIdleConnsPerHost: proxyIdlePerService,
+		// What the app sends is held while its headers are parsed: bounded like a request's.
+		MaxResponseHeaderBytes: proxyMaxResponseHeader,
+		IdleConnTimeout:        proxyIdleTimeout,
+		ExpectContinueTimeout:  time.Second,
 		// The app's encoding passes through untouched; the transport adds none of its own.
 		DisableCompression: true,
 	}

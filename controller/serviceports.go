@@ -114,7 +114,7 @@ func (s *Server) startPort(ctx context.Context, workspaceID string, spec *protoc
 		return err
 	}
 	for _, v := range live {
-		if v.Name == spec.Name && (v.State == protocol.ServiceStarting || v.State == protocol.ServiceReady || v.State == protocol.ServiceStopping) {
+		if v.Name == spec.Name && serviceLive(v.State) {
 			return protocol.Errorf(protocol.CodeExists, "service %q is already %s", spec.Name, v.State)
 		}
 	}
@@ -125,6 +125,9 @@ func (s *Server) startPort(ctx context.Context, workspaceID string, spec *protoc
 		}
 		spec.Port = p
 	}
+	// Links made for an earlier service of that name are not this one's: whatever it runs now,
+	// nobody made a link to it.
+	s.revokeOnStop(ctx, workspaceID, spec.Name)
 	v := api.Service{WorkspaceID: workspaceID, Name: spec.Name, State: protocol.ServiceStarting, Port: spec.Port, Argv: spec.Argv}
 	if err := s.store.PutService(ctx, v); err != nil {
 		return fmt.Errorf("record service %s on port %s: %w", spec.Name, strconv.Itoa(spec.Port), err)

@@ -42,6 +42,11 @@ func serviceRecord(workspaceID string, st protocol.ServiceStatus, now time.Time)
 		StartedAt: at(st.StartedAt), ReadyAt: at(st.ReadyAt), StoppedAt: at(st.StoppedAt), UpdatedAt: now}
 }
 
+// serviceLive says whether a service in state is running or about to (its preview links hold).
+func serviceLive(state string) bool {
+	return state == protocol.ServiceStarting || state == protocol.ServiceReady || state == protocol.ServiceStopping
+}
+
 // recordService stores a service's status; a failure is logged, not reported: the runner's
 // answer is the truth of the moment.
 func (s *Server) recordService(ctx context.Context, v api.Service) {
@@ -82,6 +87,9 @@ func (s *Server) reconcileServices(ctx context.Context, workspaceID string, repo
 			refused[st.Name] = err
 		}
 		s.recordService(ctx, v)
+		if known && serviceLive(prev.State) && !serviceLive(v.State) {
+			s.revokeOnStop(ctx, workspaceID, v.Name)
+		}
 		out = append(out, v)
 		seen[st.Name] = true
 	}
@@ -92,9 +100,10 @@ func (s *Server) reconcileServices(ctx context.Context, workspaceID string, repo
 		if seen[v.Name] {
 			continue
 		}
-		if v.State == protocol.ServiceStarting || v.State == protocol.ServiceReady || v.State == protocol.ServiceStopping {
+		if serviceLive(v.State) {
 			v.State, v.Reason, v.UpdatedAt = protocol.ServiceFailed, "the runner no longer reports this service", s.now()
 			s.recordService(ctx, v)
+			s.revokeOnStop(ctx, workspaceID, v.Name)
 		}
 		out = append(out, v)
 	}

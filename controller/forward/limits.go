@@ -93,9 +93,10 @@ func (g *Grant) Release() {
 		defer g.l.mu.Unlock()
 		b := g.l.open[g.key]
 		b.conns--
-		if b.conns == 0 {
-			// The bandwidth budget goes with the last connection: an idle workspace holds
-			// nothing, and its next connection starts with a full bucket.
+		if b.conns == 0 && b.bytes == nil {
+			// Without a bandwidth budget an idle workspace holds nothing. With one, the bucket
+			// stays as it is: were it dropped with the last connection, reconnecting for each
+			// chunk would start every chunk with a full bucket and never be slowed.
 			delete(g.l.open, g.key)
 		}
 	})

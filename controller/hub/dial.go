@@ -32,7 +32,7 @@ func (c *Conn) Dial(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("dial port %d: %w", port, ctx.Err())
 	}
 	if err == nil {
-		err = DecodeResult(tr, nil)
+		err = dialRefusal(DecodeResult(tr, nil))
 	}
 	if err != nil {
 		st.Close()
@@ -40,4 +40,18 @@ func (c *Conn) Dial(ctx context.Context, port int) (net.Conn, error) {
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	return st, nil
+}
+
+// dialRefusal keeps a runner's refusal of a dial to the codes a dial can have: the runner is
+// untrusted, and what it says reaches clients (a preview page among them), so another code
+// (unauthorized, revoked, …) becomes unavailable, its message kept as the runner's words.
+func dialRefusal(err error) error {
+	switch protocol.CodeOf(err) {
+	case protocol.CodeUnavailable, protocol.CodeInvalidArgument, protocol.CodeUnsupported, protocol.CodeTimeout:
+		return err
+	}
+	if err == nil {
+		return nil
+	}
+	return protocol.Errorf(protocol.CodeUnavailable, "the runner refused the connection: %s", protocol.AsError(err).Message)
 }
