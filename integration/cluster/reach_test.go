@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
 	h "github.com/tetherhq/tether/integration/clusterharness"
@@ -77,12 +80,62 @@ func TestClusterReachesServicesThroughPeers(t *testing.T) {
 			t.Fatalf("through controller %d: %d bytes (%v), digest match %v; want %d exact", i, n, err, [32]byte(hash.Sum(nil)) == wantSum, size)
 		}
 	}
+	// The HTTP proxy (with the token), a preview link (without) and a websocket through the
+	// proxy answer alike on every controller.
+	prev, err := cl.CreatePreview(ctx, ws.ID, "web", "10m")
+	if err != nil {
+		t.Fatalf("make a preview link: %v", err)
+	}
+	pu, err := url.Parse(prev.PathURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ctl := range c.Controllers {
+		base := ctl.URL()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/workspaces/"+ws.ID+"/services/web/proxy/bytes?n=1048576", nil)
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		if got := fetch(t, req); !bytes.Equal(got, want[:1<<20]) {
+			t.Fatalf("proxy through controller %d: %d bytes, not the 1 MiB sent", i, len(got))
+		}
+		req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+pu.Path+"headers", nil)
+		if got := fetch(t, req); !bytes.Contains(got, []byte(`"X-Forwarded-Prefix":["`+strings.TrimSuffix(pu.Path, "/")+`"]`)) {
+			t.Fatalf("preview through controller %d: %s", i, got)
+		}
+		wsURL := "ws" + strings.TrimPrefix(base, "http") + "/v1/workspaces/" + ws.ID + "/services/web/proxy/ws/echo"
+		conn, _, err := websocket.DefaultDialer.DialContext(ctx, wsURL, http.Header{"Authorization": {"Bearer " + c.Token}})
+		if err != nil {
+			t.Fatalf("websocket through controller %d: %v", i, err)
+		}
+		if err := conn.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		_, msg, err := conn.ReadMessage()
+		conn.Close()
+		if err != nil || string(msg) != "echo: hi" {
+			t.Fatalf("websocket through controller %d: %q, %v", i, msg, err)
+		}
+	}
 	// A port that is not the workspace's is refused alike everywhere.
 	for i := range c.Controllers {
 		if _, err := c.ClientOf(t, i).DialPort(ctx, ws.ID, 1); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
 			t.Fatalf("port 1 through controller %d: %v; want invalid_argument", i, err)
 		}
 	}
+}
+
+// fetch does req and returns its body, failing the test on anything but 200.
+func fetch(t *testing.T, req *http.Request) []byte {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %s %q (%v)", req.Method, req.URL, resp.Status, b, err)
+	}
+	return b
 }
 
 // buildDevserver builds integration/devserver, static, into a temporary directory.
