@@ -18,7 +18,7 @@ import (
 )
 
 // Preview links let a browser reach one service of one workspace without the operator token:
-// GET /p/{token}/… on the controller's address, or http://{token}.DOMAIN/… on the preview
+// GET /p/{token}/… on the controller's address, or http://pv-ID.DOMAIN/… (after its entry) on the preview
 // listener (tether serve --preview-listen, --preview-domain) for an app that must live at /.
 // The token is 160 random bits written as 32 lowercase base32 characters, so it fits a DNS
 // label; the store keeps its SHA-256 alone (as API tokens), with the workspace and service it
@@ -105,7 +105,7 @@ func (s *Server) handlePreviewCreate(w http.ResponseWriter, r *http.Request) {
 	out.PathURL = strings.TrimSuffix(s.advertise, "/") + "/p/" + token + "/"
 	out.URL = out.PathURL
 	if base := s.previewHostBase(); base != "" {
-		out.URL = "http://" + token + "." + base + "/"
+		out.URL = "http://" + previewLabel(p.ID) + "." + base + previewEnterPath + "?t=" + token
 	}
 	writeJSON(w, http.StatusCreated, out)
 }
@@ -182,35 +182,41 @@ func (s *Server) revokeOnStop(ctx context.Context, workspaceID, service string) 
 // an unknown token and one of malformed shape alike), revoked (revoked or expired, or its
 // workspace deleted), unavailable (its service is not ready).
 func (s *Server) preview(ctx context.Context, token string) (api.Workspace, api.Service, error) {
+	ws, v, _, err := s.previewOf(ctx, token)
+	return ws, v, err
+}
+
+// previewOf is preview that also returns the link's id.
+func (s *Server) previewOf(ctx context.Context, token string) (api.Workspace, api.Service, string, error) {
 	unknown := protocol.Errorf(protocol.CodeNotFound, "no such preview link")
 	if !validPreviewToken(token) {
-		return api.Workspace{}, api.Service{}, unknown
+		return api.Workspace{}, api.Service{}, "", unknown
 	}
 	p, err := s.store.PreviewByHash(ctx, hashToken(token))
 	if protocol.CodeOf(err) == protocol.CodeNotFound {
-		return api.Workspace{}, api.Service{}, unknown
+		return api.Workspace{}, api.Service{}, "", unknown
 	}
 	if err != nil {
-		return api.Workspace{}, api.Service{}, err
+		return api.Workspace{}, api.Service{}, "", err
 	}
 	switch {
 	case !p.RevokedAt.IsZero():
-		return api.Workspace{}, api.Service{}, protocol.Errorf(protocol.CodeRevoked, "this preview link was revoked at %s", p.RevokedAt.Format(time.RFC3339))
+		return api.Workspace{}, api.Service{}, "", protocol.Errorf(protocol.CodeRevoked, "this preview link was revoked at %s", p.RevokedAt.Format(time.RFC3339))
 	case !s.now().Before(p.ExpiresAt):
-		return api.Workspace{}, api.Service{}, protocol.Errorf(protocol.CodeRevoked, "this preview link expired at %s", p.ExpiresAt.Format(time.RFC3339))
+		return api.Workspace{}, api.Service{}, "", protocol.Errorf(protocol.CodeRevoked, "this preview link expired at %s", p.ExpiresAt.Format(time.RFC3339))
 	}
 	ws, err := s.store.GetWorkspace(ctx, p.WorkspaceID)
 	if protocol.CodeOf(err) == protocol.CodeNotFound || (err == nil && ws.State == api.StateDeleted) {
-		return api.Workspace{}, api.Service{}, protocol.Errorf(protocol.CodeRevoked, "the workspace of this preview link was deleted")
+		return api.Workspace{}, api.Service{}, "", protocol.Errorf(protocol.CodeRevoked, "the workspace of this preview link was deleted")
 	}
 	if err != nil {
-		return api.Workspace{}, api.Service{}, err
+		return api.Workspace{}, api.Service{}, "", err
 	}
 	v, err := s.readyService(ctx, ws, p.Service)
 	if protocol.CodeOf(err) == protocol.CodeNotFound {
 		err = protocol.Errorf(protocol.CodeRevoked, "the service of this preview link is gone")
 	}
-	return ws, v, err
+	return ws, v, p.ID, err
 }
 
 // handlePreviewPath serves /p/{token}/{path...} on the controller's address.
@@ -222,28 +228,6 @@ func (s *Server) handlePreviewPath(w http.ResponseWriter, r *http.Request) {
 	}
 	prefix, rest := splitPrefix(r.URL.EscapedPath(), 2)
 	s.serveProxy(w, r, proxyTarget{ws: ws, svc: v, prefix: prefix, rest: rest, preview: true, fail: previewRefused})
-}
-
-// previewHost serves the preview listener: the host {token}.DOMAIN[:PORT] names the link, and
-// the app is served at /.
-func (s *Server) previewHost() http.Handler {
-	return s.counted(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		token, domain, ok := strings.Cut(strings.ToLower(host), ".")
-		if !ok || domain != strings.ToLower(s.cfg.PreviewDomain) {
-			previewRefused(w, protocol.Errorf(protocol.CodeNotFound, "no such preview link: this listener serves {token}.%s", s.cfg.PreviewDomain))
-			return
-		}
-		ws, v, err := s.preview(r.Context(), token)
-		if err != nil {
-			previewRefused(w, err)
-			return
-		}
-		s.serveProxy(w, r, proxyTarget{ws: ws, svc: v, rest: r.URL.EscapedPath(), preview: true, fail: previewRefused})
-	}))
 }
 
 // previewStatus is the HTTP status of a refused preview request, by the refusal's code.

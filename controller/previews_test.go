@@ -61,6 +61,23 @@ func get(t *testing.T, url string, host string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// enterPreviewHost follows a host-form link's entry on the preview listener at phURL and returns
+// the cookie it set.
+func enterPreviewHost(t *testing.T, phURL, label, token string) *http.Cookie {
+	t.Helper()
+	resp, page := get(t, phURL+previewEnterPath+"?t="+token, label+".preview.test")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Fatalf("entry: %s %q; want 303 to /", resp.Status, page)
+	}
+	for _, c := range resp.Cookies() {
+		if c.Name == previewCookie && c.Value == token && c.HttpOnly {
+			return c
+		}
+	}
+	t.Fatalf("entry set no HttpOnly %s cookie: %v", previewCookie, resp.Cookies())
+	return nil
+}
+
 func wantPage(t *testing.T, what string, resp *http.Response, body string, status int, code protocol.Code, words string) {
 	t.Helper()
 	if resp.StatusCode != status || resp.Header.Get("X-Tether-Error") != string(code) ||
@@ -161,12 +178,15 @@ func TestPreviewLinks(t *testing.T) {
 	resp, page = get(t, tc.url+"/p/"+token+"/", "")
 	wantPage(t, "a revoked link", resp, page, http.StatusGone, protocol.CodeRevoked, "revoked")
 
-	// The preview host: {token}.DOMAIN names the link.
+	// The preview host: {label}.DOMAIN names the link by its id; the secret comes in the entry
+	// path's query, never in the host name.
 	tc.s.cfg.PreviewDomain = "preview.test"
 	ph := httptest.NewServer(tc.s.previewHost())
 	defer ph.Close()
-	resp, page = get(t, ph.URL+"/", token+".preview.test:8080")
+	resp, page = get(t, ph.URL+previewEnterPath+"?t="+token, previewLabel(p.ID)+".preview.test:8080")
 	wantPage(t, "a revoked link on the preview host", resp, page, http.StatusGone, protocol.CodeRevoked, "revoked")
+	resp, page = get(t, ph.URL+"/", token+".preview.test:8080")
+	wantPage(t, "the secret as a host name", resp, page, http.StatusNotFound, protocol.CodeNotFound, "no such preview link")
 	resp, page = get(t, ph.URL+"/", token+".elsewhere.test")
 	wantPage(t, "another domain on the preview host", resp, page, http.StatusNotFound, protocol.CodeNotFound, "no such preview link")
 }

@@ -265,7 +265,7 @@ func TestPreviewHostSetsItsOwnPrefix(t *testing.T) {
 	tc.s.cfg.PreviewDomain = "preview.test"
 	seen := make(chan string, 1)
 	ws, _ := reachFixture(t, tc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Get("X-Forwarded-Prefix") + " | auth=" + r.Header.Get("Authorization")
+		seen <- r.Header.Get("X-Forwarded-Prefix") + " | auth=" + r.Header.Get("Authorization") + " | cookie=" + r.Header.Get("Cookie")
 	}))
 	_, body := tc.call(t, http.MethodPost, "/v1/workspaces/"+ws.ID+"/services/web/previews", tc.s.OperatorToken(), `{}`)
 	var p api.Preview
@@ -273,8 +273,15 @@ func TestPreviewHostSetsItsOwnPrefix(t *testing.T) {
 	token := strings.TrimSuffix(strings.TrimPrefix(p.PathURL, tc.url+"/p/"), "/")
 	ph := httptestServer(tc.s.previewHost())
 	defer ph.Close()
+	cookie := enterPreviewHost(t, ph.URL, previewLabel(p.ID), token)
+	// Another link's host does not take this link's secret.
+	if resp, _ := get(t, ph.URL+previewEnterPath+"?t="+token, "pv-0000000000000000.preview.test"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a link's secret on another link's host: %s", resp.Status)
+	}
 	req, _ := http.NewRequest(http.MethodGet, ph.URL+"/", nil)
-	req.Host = token + ".preview.test"
+	req.Host = previewLabel(p.ID) + ".preview.test"
+	req.AddCookie(cookie)
+	req.AddCookie(&http.Cookie{Name: "app_session", Value: "kept"})
 	req.Header.Set("X-Forwarded-Prefix", "//evil.example")
 	req.Header.Set("Authorization", protocol.Bearer(tc.s.OperatorToken()))
 	resp, err := http.DefaultClient.Do(req)
@@ -283,8 +290,8 @@ func TestPreviewHostSetsItsOwnPrefix(t *testing.T) {
 	}
 	resp.Body.Close()
 	got := <-seen
-	if strings.Contains(got, "evil") || strings.Contains(got, "tot_") {
-		t.Fatalf("the app saw %q", got)
+	if strings.Contains(got, "evil") || strings.Contains(got, "tot_") || strings.Contains(got, token) || !strings.Contains(got, "app_session=kept") {
+		t.Fatalf("the app saw %q (no client prefix, no Tether token, no link secret; its own cookie kept)", got)
 	}
 }
 

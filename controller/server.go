@@ -93,7 +93,7 @@ type Config struct {
 	// ForwardLimits bound the connections and bandwidth forwarded into each workspace.
 	ForwardLimits forward.Limits
 	// PreviewListener, when set with PreviewDomain, serves preview links by host name:
-	// {token}.PreviewDomain reaches the link's service at / (tether serve --preview-listen).
+	// pv-ID.PreviewDomain reaches a link's service at / (tether serve --preview-listen).
 	PreviewListener net.Listener
 	PreviewDomain   string
 }

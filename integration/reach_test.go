@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +49,9 @@ func buildDevserver(t *testing.T, dir string) string {
 // environment, and every host name dialed at 127.0.0.1 (a preview host {token}.localhost).
 func reachClient(previewAddr string) *http.Client {
 	d := &net.Dialer{}
+	jar, _ := cookiejar.New(nil) // the preview host's cookie, as a browser keeps it
 	return &http.Client{
+		Jar:           jar,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Transport: &http.Transport{DisableCompression: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if h, _, _ := net.SplitHostPort(addr); strings.HasSuffix(h, ".localhost") {
@@ -260,9 +264,16 @@ func TestReachServiceInDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostURL := strings.TrimSpace(c.mustCLI(t, "service", "url", ws.ID, "web"))
-	if !strings.HasPrefix(pv.PathURL, c.Addr+"/p/") || !strings.HasSuffix(hostURL, ".localhost:"+portOf(t, previewAddr)+"/") {
-		t.Fatalf("preview %+v, url %q", pv, hostURL)
+	entry, err := url.Parse(hostURL)
+	if err != nil || !strings.HasPrefix(pv.PathURL, c.Addr+"/p/") || !strings.HasSuffix(entry.Host, ".localhost:"+portOf(t, previewAddr)) ||
+		entry.Path != "/__tether/enter" || strings.Contains(entry.Host, strings.TrimSuffix(strings.TrimPrefix(pv.PathURL, c.Addr+"/p/"), "/")) {
+		t.Fatalf("preview %+v, url %q: want the host form's entry, the secret in its query and not its host", pv, hostURL)
 	}
+	// The entry trades the secret for a cookie of that host and sends the browser to /.
+	if resp, body := reachGet(t, hc, hostURL, ""); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Fatalf("the host form's entry: %s %s", resp.Status, body)
+	}
+	hostBase := "http://" + entry.Host + "/"
 	resp, body = reachGet(t, hc, pv.PathURL+"headers", "")
 	seen.Headers = nil
 	if err := json.Unmarshal([]byte(body), &seen); err != nil || resp.StatusCode != http.StatusOK || seen.Path != "/headers" ||
@@ -270,7 +281,7 @@ func TestReachServiceInDocker(t *testing.T) {
 		seen.Host != "localhost:"+strconv.Itoa(web.Port) {
 		t.Fatalf("GET headers through the preview link: %s %s", resp.Status, body)
 	}
-	resp, body = reachGet(t, hc, hostURL+"headers", "")
+	resp, body = reachGet(t, hc, hostBase+"headers", "")
 	seen.Headers = nil
 	if err := json.Unmarshal([]byte(body), &seen); err != nil || resp.StatusCode != http.StatusOK || seen.Path != "/headers" ||
 		seen.Headers.Get("X-Forwarded-Prefix") != "" || seen.Host != "localhost:"+strconv.Itoa(web.Port) {
@@ -295,7 +306,7 @@ func TestReachServiceInDocker(t *testing.T) {
 	if out := c.mustCLI(t, "service", "url", ws.ID, "web", "--revoke"); !strings.Contains(out, "revoked 2 preview link") {
 		t.Fatalf("service url --revoke: %q", out)
 	}
-	for _, u := range []string{pv.PathURL, hostURL} {
+	for _, u := range []string{pv.PathURL, hostBase, hostURL} {
 		if resp, body := reachGet(t, hc, u, ""); resp.StatusCode != http.StatusGone || !strings.Contains(body, "revoked") {
 			t.Fatalf("a revoked link %s: %s %s", u, resp.Status, body)
 		}
@@ -303,7 +314,11 @@ func TestReachServiceInDocker(t *testing.T) {
 
 	// Expired: a short link works, and is refused once its time is up. Its 20 s leave room for
 	// a loaded machine between making it and the first request, which must get through.
-	short := strings.TrimSpace(c.mustCLI(t, "service", "url", ws.ID, "web", "--ttl", "20s"))
+	var shortLink api.Preview
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "service", "url", ws.ID, "web", "--ttl", "20s", "--json")), &shortLink); err != nil {
+		t.Fatal(err)
+	}
+	short := shortLink.PathURL
 	if first, body := reachGet(t, hc, short+"health", ""); first.StatusCode != http.StatusOK {
 		t.Fatalf("a 20 s link at first: %s %s", first.Status, body)
 	}

@@ -63,7 +63,7 @@ func newServeCmd(c *cli) *cobra.Command {
 			fmt.Fprintf(c.stderr, "tether controller on http://%s (data %s, operator token in %s)\n",
 				l.Addr(), cfg.DataDir, filepath.Join(cfg.DataDir, controller.OperatorTokenFile))
 			if pl := cfg.PreviewListener; pl != nil {
-				fmt.Fprintf(c.stderr, "tether previews on http://%s (hosts {token}.%s)\n", pl.Addr(), cfg.PreviewDomain)
+				fmt.Fprintf(c.stderr, "tether previews on http://%s (hosts pv-ID.%s)\n", pl.Addr(), cfg.PreviewDomain)
 			}
 			return srv.Serve(cmd.Context(), l)
 		},
@@ -101,7 +101,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&f.forwardPorts, "forward-ports", "", "ports clients may reach in any workspace besides its services' (proxy, port-forward): a list of ports and ranges, e.g. 5432,8000-8999 (default: none)")
 	cmd.Flags().IntVar(&f.forwardLimits.MaxConns, "forward-max-conns", forward.DefaultMaxConns, "connections the controller forwards into one workspace at once (proxy, previews, port-forward)")
 	cmd.Flags().Int64Var(&f.forwardLimits.BytesPerSecond, "forward-bytes-per-second", 0, "bandwidth of the connections forwarded into one workspace, both ways together, in bytes per second (0: unlimited)")
-	cmd.Flags().StringVar(&f.previewListen, "preview-listen", "", "also serve preview links by host name on this address: {token}.DOMAIN reaches the link's service at / (with --preview-domain)")
+	cmd.Flags().StringVar(&f.previewListen, "preview-listen", "", "also serve preview links by host name on this address: pv-ID.DOMAIN reaches a link's service at / (with --preview-domain)")
 	cmd.Flags().StringVar(&f.previewDomain, "preview-domain", "", "domain of the preview listener's host names; its wildcard *.DOMAIN must resolve to it (localhost does in browsers)")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
 	return cmd

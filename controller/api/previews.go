@@ -14,7 +14,7 @@ type Preview struct {
 	ID          string `json:"id"`
 	WorkspaceID string `json:"workspace_id"`
 	Service     string `json:"service"`
-	// URL is the link: on the preview listener's host of its own ({token}.DOMAIN) when the
+	// URL is the link: on the preview listener's host of its own (its entry, pv-ID.DOMAIN/__tether/enter?t=SECRET) when the
 	// controller has one, else PathURL.
 	URL string `json:"url,omitempty"`
 	// PathURL is the link on the controller's own address (/p/{token}/).
