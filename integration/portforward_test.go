@@ -26,6 +26,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/integration/devserver/pattern"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -174,8 +175,8 @@ func checkPattern(r io.Reader, from, to int64) error {
 		k, err := r.Read(buf)
 		for j := range k {
 			i := off + int64(j)
-			if buf[j] != byte(i*7+i/4093) {
-				return fmt.Errorf("byte %d is %d, want %d", i, buf[j], byte(i*7+i/4093))
+			if buf[j] != pattern.Byte(i) {
+				return fmt.Errorf("byte %d is %d, want %d", i, buf[j], pattern.Byte(i))
 			}
 		}
 		off += int64(k)
@@ -244,15 +245,7 @@ func TestPortForwardDocker(t *testing.T) {
 	ws := c.createOn(t, "docker")
 	svc := c.startDevserver(t, ws, "web")
 
-	res, err := cli.ContainerInspect(context.Background(), "tether-"+ws.AllocationID, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip := res.Container.NetworkSettings.Networks["tether-"+ws.AllocationID].IPAddress.String()
-	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(svc.Port)), 5*time.Second); err == nil {
-		conn.Close()
-		t.Fatalf("the devserver, bound to the container's loopback, answered at %s:%d from the host", ip, svc.Port)
-	}
+	unreachableFromHost(t, cli, ws, svc.Port)
 
 	pf := c.portForward(t, ws.ID, "0:"+strconv.Itoa(svc.Port))
 	base := pf.url(t, svc.Port)
@@ -556,4 +549,20 @@ func sendQueue(t *testing.T, port int) int64 {
 		}
 	}
 	return most
+}
+
+// unreachableFromHost fails the test if the service on port of a Docker workspace answers at the
+// container's address: the tests need it bound to the sandbox's loopback, reachable only through
+// the runner.
+func unreachableFromHost(t *testing.T, cli *client.Client, ws api.Workspace, port int) {
+	t.Helper()
+	res, err := cli.ContainerInspect(context.Background(), "tether-"+ws.AllocationID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := res.Container.NetworkSettings.Networks["tether-"+ws.AllocationID].IPAddress.String()
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), 5*time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("the service on port %d answered at the container's address %s from the host; it must be bound to the sandbox's loopback", port, ip)
+	}
 }

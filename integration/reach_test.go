@@ -22,9 +22,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
-	"github.com/moby/moby/client"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/integration/devserver/pattern"
 )
 
 // Reaching a service in a sandbox, with real parts: the devserver in a Docker workspace on its
@@ -78,22 +78,6 @@ func reachGet(t *testing.T, hc *http.Client, u, token string) (*http.Response, s
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp, string(b)
-}
-
-// patternSHA256 is the SHA-256 of the devserver's /bytes?n=N.
-func patternSHA256(n int64) string {
-	h := sha256.New()
-	buf := make([]byte, 64<<10)
-	for off := int64(0); off < n; {
-		k := min(int64(len(buf)), n-off)
-		for j := range k {
-			i := off + j
-			buf[j] = byte(i*7 + i/4093)
-		}
-		h.Write(buf[:k])
-		off += k
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 const bigBytes = 256 << 20
@@ -156,15 +140,7 @@ func TestReachServiceInDocker(t *testing.T) {
 	}
 
 	// Bound to the container's loopback: not reachable at the container's address.
-	res, err := cli.ContainerInspect(context.Background(), "tether-"+ws.AllocationID, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip := res.Container.NetworkSettings.Networks["tether-"+ws.AllocationID].IPAddress.String()
-	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(web.Port)), 3*time.Second); err == nil {
-		conn.Close()
-		t.Fatalf("the service is reachable directly at %s:%d; the test needs it bound to the sandbox's loopback", ip, web.Port)
-	}
+	unreachableFromHost(t, cli, ws, web.Port)
 
 	// The operator's proxy.
 	proxy := strings.TrimSpace(c.mustCLI(t, "service", "endpoint", ws.ID, "web"))
@@ -236,7 +212,7 @@ func TestReachServiceInDocker(t *testing.T) {
 	sresp.Body.Close()
 
 	// 256 MiB down and 64 MiB up, byte-exact.
-	want := patternSHA256(bigBytes)
+	want := pattern.SHA256(bigBytes)
 	checkDownload(t, hc, proxy, c.Token, want)
 	up := &patternReader{n: 64 << 20}
 	h := sha256.New()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/integration/devserver/pattern"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -209,7 +210,7 @@ func measureReach(ctx context.Context, w reachWay, nRounds int) (*reachFigures, 
 	}
 
 	size := int64(reachMiB << 20)
-	want := patternSHA256(size)
+	want := pattern.SHA256(size)
 	progress("reach %s: %d × GET /bytes of %d MiB", w.name, nRounds, reachMiB)
 	rounds, err := throughput(ctx, nRounds, size, want, func(out io.Writer) error {
 		return get(fmt.Sprintf("/bytes?n=%d", size), out)
@@ -219,22 +220,6 @@ func measureReach(ctx context.Context, w reachWay, nRounds int) (*reachFigures, 
 	}
 	f.mibs = median(rounds)
 	return f, nil
-}
-
-// patternSHA256 is the SHA-256 of the devserver's first n pattern bytes (byte i is i*7+i/4093).
-func patternSHA256(n int64) string {
-	h := newHashCounter()
-	buf := make([]byte, 64<<10)
-	for off := int64(0); off < n; {
-		k := min(int64(len(buf)), n-off)
-		for j := range k {
-			i := off + j
-			buf[j] = byte(i*7 + i/4093)
-		}
-		_, _ = h.Write(buf[:k])
-		off += k
-	}
-	return h.sum()
 }
 
 // pfProcess is a running `tether port-forward`.

@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/client"
 	h "github.com/tetherhq/tether/integration/clusterharness"
+	"github.com/tetherhq/tether/integration/devserver/pattern"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -49,9 +50,7 @@ func TestClusterReachesServicesThroughPeers(t *testing.T) {
 
 	const size = 8 << 20
 	want := make([]byte, size)
-	for i := range want {
-		want[i] = byte(int64(i)*7 + int64(i)/4093)
-	}
+	pattern.Fill(want, 0)
 	wantSum := sha256.Sum256(want)
 	for i := range c.Controllers {
 		conn, err := c.ClientOf(t, i).DialService(ctx, ws.ID, "web")

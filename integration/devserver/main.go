@@ -7,7 +7,7 @@
 //	               into the page
 //	/ws/echo       a websocket that echoes each message, prefixed "echo: "
 //	/sse           server-sent events: $n events (default 3) "tick N", then the stream ends
-//	/bytes?n=N     N bytes of a fixed pattern (byte i is i*7+i/4093, mod 256), streamed
+//	/bytes?n=N     N bytes of a fixed pattern (package pattern), streamed
 //	/upload        reads the request body and answers its length and SHA-256
 //	/headers       the request's method, path, host and headers as JSON
 //	/health        200
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/tetherhq/tether/integration/devserver/pattern"
 )
 
 const page = `<!doctype html>
@@ -126,10 +127,6 @@ func sse(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// patternByte is byte i of /bytes: not periodic in any small power of two, so a dropped or repeated
-// chunk shows in a checksum.
-func patternByte(i int64) byte { return byte(i*7 + i/4093) }
-
 func patternBytes(w http.ResponseWriter, r *http.Request) {
 	n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 	if err != nil || n < 0 {
@@ -142,9 +139,7 @@ func patternBytes(w http.ResponseWriter, r *http.Request) {
 	buf := make([]byte, 64<<10)
 	for off := int64(0); off < n; {
 		k := min(int64(len(buf)), n-off)
-		for j := range k {
-			buf[j] = patternByte(off + j)
-		}
+		pattern.Fill(buf[:k], off)
 		if _, err := bw.Write(buf[:k]); err != nil {
 			return
 		}
