@@ -99,6 +99,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarge
 			if loc := resp.Header.Get("Location"); loc != "" {
 				resp.Header.Set("Location", rewriteLocation(loc, upstream, t.prefix, r.Host))
 			}
+			scopeCookies(resp.Header, t.prefix)
 			if t.preview && resp.Header.Get("Referrer-Policy") == "" {
 				// A link out of the page (or to another preview on the same origin) would
 				// otherwise tell where it leads the preview's URL, token and all.
@@ -159,6 +160,35 @@ func rewriteLocation(loc, upstream, prefix, self string) string {
 		out += "#" + u.EscapedFragment()
 	}
 	return out
+}
+
+// scopeCookies keeps the app's cookies under its prefix: on the controller's origin every
+// preview shares one host, so a cookie set for / would be sent to every other preview's app.
+// A cookie whose path is not under the prefix (the app's own view of /) is put under it; a
+// cookie that cannot be parsed is dropped rather than passed on unscoped.
+func scopeCookies(h http.Header, prefix string) {
+	raw := h.Values("Set-Cookie")
+	if prefix == "" || len(raw) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range raw {
+		c, err := http.ParseSetCookie(line)
+		if err != nil {
+			continue
+		}
+		p := cleanURLPath("/" + strings.TrimPrefix(c.Path, "/"))
+		if p != prefix && !strings.HasPrefix(p, prefix+"/") {
+			p = strings.TrimSuffix(prefix+p, "/")
+			if p == "" {
+				p = "/"
+			}
+		}
+		c.Path = p
+		if v := c.String(); v != "" {
+			h.Add("Set-Cookie", v)
+		}
+	}
 }
 
 // cleanURLPath resolves . and .. segments of an escaped path, keeping a trailing slash.

@@ -296,3 +296,28 @@ func TestPreviewHostSetsItsOwnPrefix(t *testing.T) {
 }
 
 func httptestServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }
+
+// Guards against: a cookie an app sets for / on the controller's origin being sent to every
+// other preview's app; each cookie is kept under the prefix it came through.
+func TestProxyScopesCookiesToThePrefix(t *testing.T) {
+	prefix := "/p/abcdefghijklmnopqrstuvwxyz234567"
+	h := http.Header{}
+	h.Add("Set-Cookie", "session=1; Path=/; HttpOnly")
+	h.Add("Set-Cookie", "pref=dark")
+	h.Add("Set-Cookie", "deep=1; Path="+prefix+"/app")
+	h.Add("Set-Cookie", "climb=1; Path="+prefix+"/../../v1")
+	scopeCookies(h, prefix)
+	want := map[string]string{"session": prefix, "pref": prefix, "deep": prefix + "/app", "climb": prefix + "/v1"}
+	got := (&http.Response{Header: h}).Cookies()
+	if len(got) != len(want) {
+		t.Fatalf("cookies %v; want %d", got, len(want))
+	}
+	for _, c := range got {
+		if want[c.Name] != c.Path {
+			t.Errorf("cookie %s has path %q; want %q", c.Name, c.Path, want[c.Name])
+		}
+	}
+	if c := got[0]; c.Name != "session" || !c.HttpOnly {
+		t.Errorf("attributes lost: %+v", c)
+	}
+}
