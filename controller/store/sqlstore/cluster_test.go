@@ -188,3 +188,22 @@ func TestPostgresClusterSecretAcrossStores(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresSessionsNoticeADeadController: every session asks the server to probe a silent
+// client within seconds, so a partitioned controller's session — and the cluster lock it may
+// hold (upkeep's, which disowns the runners of dead controllers) — ends in about 11 s rather
+// than after the kernel's two hours of keepalive silence. Over TCP the server applies them; the
+// test server may listen on a unix socket, where it reports 0, so the settings are read as the
+// session asked for them.
+func TestPostgresSessionsNoticeADeadController(t *testing.T) {
+	a, _ := twoPostgres(t)
+	for name, want := range map[string]string{"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3", "tcp_user_timeout": "10000"} {
+		var got string
+		if err := sqlstore.QueryRow(context.Background(), a, `SELECT COALESCE((SELECT setting FROM pg_settings WHERE name = ? AND source = 'client'), 'unset')`, name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want && !(got == "0" && name != "tcp_user_timeout") {
+			t.Errorf("%s = %s for the store's sessions; want %s", name, got, want)
+		}
+	}
+}

@@ -47,6 +47,20 @@ var postgresDialect = &dialect{
 	},
 }
 
+// deadPeerParams make the server notice a controller that went away without closing its
+// connections (a network partition, a host that died) within seconds instead of the kernel's
+// default of two hours of keepalive silence: a cluster lock is a session advisory lock, and a
+// partitioned controller that held one (the upkeep lock, which disowns the runners of
+// controllers whose heartbeat expired) kept it from every other controller for as long as the
+// server believed its session alive. Each session asks for them at its start; the URL may set
+// its own.
+var deadPeerParams = map[string]string{
+	"tcp_keepalives_idle":     "5",     // seconds of silence before the first probe
+	"tcp_keepalives_interval": "2",     // seconds between probes
+	"tcp_keepalives_count":    "3",     // probes unanswered before the session ends
+	"tcp_user_timeout":        "10000", // ms data may go unacknowledged (PostgreSQL 12+)
+}
+
 // OpenPostgres opens the PostgreSQL database rawURL names (postgres://USER:PASS@HOST:PORT/DB?…,
 // with libpq's parameters: sslmode, connect_timeout, …) and migrates its schema. The extra
 // parameter pool_max_conns bounds the connections this process opens (DefaultPostgresConns).
@@ -70,6 +84,11 @@ func OpenPostgres(ctx context.Context, rawURL string, opts ...Option) (*DB, erro
 	cfg, err := pgx.ParseConfig(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("postgres store %s: %w", where, err)
+	}
+	for k, v := range deadPeerParams {
+		if _, set := cfg.RuntimeParams[k]; !set {
+			cfg.RuntimeParams[k] = v
+		}
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(maxConns)
