@@ -158,7 +158,7 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 		return keep("no receipt holds its work")
 	}
 	last := snaps[len(snaps)-1]
-	bytes, err := s.supersededBytes(ctx, ws.ID, snaps)
+	bytes, err := s.supersededBytes(ctx, ws.ID, ws.SourceBase, snaps)
 	if err != nil {
 		return keep("cannot size its superseded receipts: " + err.Error())
 	}
@@ -178,11 +178,18 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 
 // supersededBytes is what reclaiming the workspace's superseded receipts would free: their
 // objects (archives and resolved manifests) that neither its newest receipt (an incremental
-// one reads earlier layers) nor another workspace's receipt needs.
-func (s *Server) supersededBytes(ctx context.Context, wsID string, snaps []api.Snapshot) (int64, error) {
+// one reads earlier layers), nor its source base, nor another workspace's receipt needs.
+func (s *Server) supersededBytes(ctx context.Context, wsID, sourceBase string, snaps []api.Snapshot) (int64, error) {
 	keep := map[string]bool{}
 	for _, k := range receiptKeys(snaps[len(snaps)-1]) {
 		keep[k] = true
+	}
+	for _, snap := range snaps {
+		if snap.ID == sourceBase {
+			for _, k := range receiptKeys(snap) {
+				keep[k] = true
+			}
+		}
 	}
 	users, err := s.store.SnapshotObjectUsers(ctx)
 	if err != nil {
@@ -230,7 +237,8 @@ func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
 		return 0, s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: nothing to reclaim")
 	}
 	now := s.now()
-	superseded := snaps[:len(snaps)-1]
+	// The source base stays: a closed workspace's work can still be pulled into its source.
+	superseded := slices.DeleteFunc(slices.Clone(snaps[:len(snaps)-1]), func(snap api.Snapshot) bool { return snap.ID == ws.SourceBase })
 	for _, snap := range superseded {
 		if snap.ReclaimedAt == nil {
 			if err := s.store.ReclaimSnapshot(ctx, snap.ID, now); err != nil {

@@ -45,6 +45,11 @@ func (s *Server) handleSnapshotRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if ws, err := s.store.GetWorkspace(r.Context(), snap.WorkspaceID); err == nil && ws.SourceBase == snap.ID {
+		writeError(w, protocol.Errorf(protocol.CodeConflict,
+			"snapshot %s is the source base of workspace %s: workspace pull compares with it (it goes with the workspace)", snap.ID, ws.Name))
+		return
+	}
 	removed, err := s.store.RemoveSnapshot(r.Context(), snap.ID)
 	if err != nil {
 		writeError(w, err)
@@ -96,9 +101,18 @@ func (s *Server) prune(ctx context.Context, workspaceID string, policy api.Reten
 	if err != nil {
 		return res, err
 	}
+	ws, err := s.store.GetWorkspace(ctx, workspaceID)
+	if err != nil {
+		return res, err
+	}
 	live := snaps[:0:0]
 	for _, snap := range snaps {
-		if snap.ReclaimedAt == nil {
+		switch {
+		case snap.ReclaimedAt != nil:
+		case snap.ID == ws.SourceBase:
+			// A pull's base is no save point to thin out: it goes with the workspace.
+			res.Kept = append(res.Kept, api.PruneItem{ID: snap.ID, CreatedAt: snap.CreatedAt, Bytes: snap.Bytes, Rules: []string{"source base"}})
+		default:
 			live = append(live, snap)
 		}
 	}

@@ -317,6 +317,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}/events", scopeWorkspace, s.handleEvents},
 		{"GET /v1/workspaces/{id}/inspect", scopeWorkspace, s.handleInspect},
 		{"POST /v1/workspaces/{id}/reconcile", scopeWorkspace, s.handleReconcile},
+		// The base of every later pull: set once, by whoever made the workspace.
+		{"POST /v1/workspaces/{id}/source", scopeOperator, s.handleSetSource},
+		{"POST /v1/workspaces/{id}/pull", scopeWorkspace, s.handlePull},
+		{"GET /v1/workspaces/{id}/git/pack", scopeWorkspace, s.handleGitPack},
 		{"POST /v1/projects", scopeOperator, s.handleCreateProject},
 		{"GET /v1/projects", scopeList, s.handleListProjects},
 		{"GET /v1/projects/{id}", scopeProject, s.handleGetProject},
@@ -341,6 +345,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/snapshots/{id}/restore", scopeOperator, s.handleSnapshotRestore},
 		{"GET /v1/snapshots/{id}/archive", scopeSnapshot, s.handleSnapshotArchive},
 		{"POST /v1/snapshots/{id}/verify", scopeSnapshot, s.handleSnapshotVerify},
+		{"POST /v1/snapshots/{id}/files", scopeSnapshot, s.handleSnapshotFiles},
 		{"POST /v1/workspaces/{id}/artifacts", scopeWorkspace, s.handleArtifactPut},
 		{"GET /v1/workspaces/{id}/artifacts", scopeWorkspace, s.handleArtifactList},
 		{"GET /v1/artifacts/{id}", scopeArtifact, s.handleArtifactShow},

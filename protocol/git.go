@@ -89,3 +89,26 @@ type GitReconcileReply struct {
 	Behind int    `json:"behind"`
 	Action string `json:"action"`
 }
+
+// OpGitPack (Args: GitPackArgs) streams a Git pack of the objects reachable from Want and from
+// none of Haves (those the repository lacks are ignored): a first trailer (GitPackInfo, or the
+// error), a body holding the pack, and a final trailer (GitPackResult). Read-only: a pull
+// brings a workspace's commits to a host this way, where host Git checks every object.
+const OpGitPack = "git_pack"
+
+// GitPackArgs are the arguments of OpGitPack: full 40-hex commit ids.
+type GitPackArgs struct {
+	Want  string   `json:"want"`
+	Haves []string `json:"haves,omitempty"`
+}
+
+// GitPackInfo is OpGitPack's first trailer.
+type GitPackInfo struct {
+	Objects int `json:"objects"`
+}
+
+// GitPackResult is OpGitPack's final trailer.
+type GitPackResult struct {
+	Objects int   `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+}

@@ -87,6 +87,7 @@ var ops = [...]OpSpec{
 	{Name: OpGitInspect, Direction: ControllerToRunner, Args: reflect.TypeFor[GitInspectArgs]()},
 	{Name: OpGitReconcile, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitReconcileArgs]()},
 	{Name: OpGitBranch, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[GitBranchArgs]()},
+	{Name: OpGitPack, Direction: ControllerToRunner, Args: reflect.TypeFor[GitPackArgs]()},
 	{Name: OpQuiesce, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[QuiesceArgs]()},
 	{Name: OpRunLogs, Direction: ControllerToRunner, Args: reflect.TypeFor[RunLogsArgs]()},
 	{Name: OpRunAttach, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunAttachArgs]()},

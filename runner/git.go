@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
@@ -139,4 +140,37 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// gitPack streams a pack of the commits a pull brings to the host: the plan (object count, or
+// why there is none) in the first trailer, the pack as the body, its size in the last.
+func (r *Runner) gitPack(ctx context.Context, st *yamux.Stream, args protocol.GitPackArgs) {
+	root, err := r.gitRoot()
+	if err != nil {
+		writeTrailer(st, nil, err)
+		return
+	}
+	unlock := lockGit(root)
+	plan, err := gitops.PlanPack(ctx, root, args)
+	if err != nil {
+		unlock()
+		writeTrailer(st, nil, err)
+		return
+	}
+	defer plan.Close()
+	defer unlock()
+	writeTrailer(st, protocol.GitPackInfo{Objects: plan.Objects()}, nil)
+	stopWatch := abandonWatch(st)
+	defer stopWatch()
+	_ = st.SetWriteDeadline(time.Time{})
+	bw := protocol.NewBodyWriter(st)
+	if err := plan.Write(bw); err != nil {
+		_ = bw.Abort(err)
+		return
+	}
+	n, err := bw.Finish()
+	if err != nil {
+		return
+	}
+	writeTrailer(st, protocol.GitPackResult{Objects: plan.Objects(), Bytes: n.Bytes}, nil)
 }

@@ -37,6 +37,7 @@ var handlers = map[string]opHandler{
 	protocol.OpGitInspect:      reply((*Runner).gitInspect),
 	protocol.OpGitReconcile:    reply((*Runner).gitReconcile),
 	protocol.OpGitBranch:       reply((*Runner).gitBranch),
+	protocol.OpGitPack:         stream((*Runner).gitPack),
 	protocol.OpQuiesce:         reply((*Runner).quiesce),
 	protocol.OpRunLogs:         stream((*Runner).runLogs).refusedWith(refuseLogs),
 	protocol.OpRunAttach:       stream((*Runner).runAttach).refusedWith(refuseExec),

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +23,8 @@ func newWorkspaceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, list, show and remove workspaces"}
 	cmd.AddCommand(newWorkspaceCreateCmd(c), newWorkspaceLsCmd(c), newWorkspaceShowCmd(c), newWorkspaceRmCmd(c),
 		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c),
-		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c), newWorkspaceUpdateCmd(c), newWorkspaceForkCmd(c))
+		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c), newWorkspaceUpdateCmd(c), newWorkspaceForkCmd(c),
+		newWorkspacePullCmd(c))
 	return cmd
 }
 
@@ -71,7 +73,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				return protocol.Errorf(code, "workspace %s failed: %s", ws.ID, ws.Reason)
 			}
 			if source != "" {
-				if err := importSource(cmd.Context(), cl, ws.ID, source); err != nil {
+				if ws, err = importSource(cmd.Context(), cl, ws.ID, source); err != nil {
 					// Nothing half-made is left behind: a workspace without its source is not
 					// what was asked for.
 					_, _ = cl.DeleteWorkspace(context.WithoutCancel(cmd.Context()), ws.ID)
@@ -100,15 +102,24 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 }
 
 // importSource streams dir as a zstd-compressed tar into the workspace.
-func importSource(ctx context.Context, cl *client.Client, id, dir string) error {
+// importSource copies dir into the workspace and then records dir as its source, with a receipt
+// of what arrived: the base workspace pull compares the workspace and the host with.
+func importSource(ctx context.Context, cl *client.Client, id, dir string) (api.Workspace, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return api.Workspace{}, err
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		// Sockets and fifos (git's fsmonitor leaves one in .git) have no content to copy.
-		pw.CloseWithError(tree.Write(ctx, pw, dir, tree.WriteOptions{Zstd: true, SkipSpecial: true}))
+		pw.CloseWithError(tree.Write(ctx, pw, abs, tree.WriteOptions{Zstd: true, SkipSpecial: true}))
 	}()
-	_, err := cl.ImportTree(ctx, id, "", pr)
+	_, err = cl.ImportTree(ctx, id, "", pr)
 	pr.CloseWithError(err)
-	return err
+	if err != nil {
+		return api.Workspace{}, err
+	}
+	return cl.SetSource(ctx, id, abs)
 }
 
 func newWorkspaceLsCmd(c *cli) *cobra.Command {

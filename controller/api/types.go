@@ -53,6 +53,11 @@ type Workspace struct {
 	CheckpointEvery    *protocol.Duration `json:"checkpoint_every,omitempty"`
 	CheckpointInterval protocol.Duration  `json:"checkpoint_interval"`
 	LastCheckpointAt   *time.Time         `json:"last_checkpoint_at,omitempty"`
+	// SourceDir is the host directory a workspace was made from (workspace create --source),
+	// as the operator's CLI named it; SourceBase the receipt of what the workspace received
+	// from it, the base workspace pull compares both sides with.
+	SourceDir  string `json:"source_dir,omitempty"`
+	SourceBase string `json:"source_base,omitempty"`
 }
 
 // UpdateWorkspaceRequest is the body of PATCH /v1/workspaces/{id}: each field set is changed.

@@ -93,6 +93,9 @@ type Workspaces interface {
 	// SetWorkspaceGit replaces the workspace's Git record (CodeConflict when its branch already
 	// has another live workspace in the project).
 	SetWorkspaceGit(ctx context.Context, id string, g *api.WorkspaceGit) error
+	// SetWorkspaceSource records the host directory a workspace was made from and the receipt
+	// of what it received (the base of workspace pull). Set once: CodeConflict after that.
+	SetWorkspaceSource(ctx context.Context, id, dir, baseSnapshot string) error
 }
 
 // Events is a workspace's history: the transitions Workspaces records, and what else happened

@@ -308,3 +308,6 @@ func TreeDigest(entries []Entry) (string, error) {
 	}
 	return d.sum(), nil
 }
+
+// CompareTree orders two canonical paths as an archive holds them (see cmpTree).
+func CompareTree(a, b string) int { return cmpTree(a, b) }

@@ -71,7 +71,8 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 // workspaceCols are the columns scanWorkspace reads, from workspaces w joined with its current
 // allocation a.
 const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch,
-	w.git, w.reclaimed_at, w.created_at, w.updated_at, w.checkpoint_every, w.checkpoint_at`
+	w.git, w.reclaimed_at, w.created_at, w.updated_at, w.checkpoint_every, w.checkpoint_at,
+	COALESCE(w.source_dir, ''), COALESCE(w.source_base, '')`
 
 // workspaceFrom is the FROM clause every workspaceCols query uses.
 const workspaceFrom = ` FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id `
@@ -86,7 +87,7 @@ func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var reclaimed, checked sql.NullTime
 	var every sql.NullInt64
 	if err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch,
-		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked); err != nil {
+		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked, &w.SourceDir, &w.SourceBase); err != nil {
 		return w, err
 	}
 	if every.Valid {

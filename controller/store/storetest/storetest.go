@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"WorkspaceReclaimed", plain(testWorkspaceReclaimed)},
 		{"Checkpoints", plain(testCheckpoints)},
 		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
+		{"WorkspaceSource", plain(testWorkspaceSource)},
 		// Events
 		{"RecordEvent", plain(testRecordEvent)},
 		{"EventsAndAllocations", plain(testEventsAndAllocations)},

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherhq/tether/cmd/tether/hostpull"
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/client"
+	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
+)
+
+// pullConflictStatus is the exit status of a pull that left conflicts on the host, like a
+// merge that stopped: distinct from every typed error's status.
+const pullConflictStatus = 40
+
+// pullReport is what workspace pull prints with --json.
+type pullReport struct {
+	Workspace string            `json:"workspace"`
+	Dir       string            `json:"dir"`
+	Base      string            `json:"base"`
+	Snapshot  string            `json:"snapshot"`
+	Changed   int               `json:"changed"`
+	DryRun    bool              `json:"dry_run,omitempty"`
+	Applied   int               `json:"applied"`
+	Same      int               `json:"same"`
+	Conflicts int               `json:"conflicts"`
+	Recovery  string            `json:"recovery_dir,omitempty"`
+	Items     []hostpull.Item   `json:"items,omitempty"`
+	Git       *hostpull.GitDone `json:"git,omitempty"`
+}
+
+func newWorkspacePullCmd(c *cli) *cobra.Command {
+	var to, recovery, from string
+	var dryRun, asJSON, theirs, ours bool
+	cmd := &cobra.Command{
+		Use:   "pull WORKSPACE",
+		Short: "Bring a workspace's work back into the host directory it was made from",
+		Long: `Pull compares three trees per path: what the workspace received (its base), the
+workspace now (a fresh capture, or --snapshot), and the host directory now. A change the host
+did not also make is applied (file bytes, modes, symlinks as links, removals), each file
+atomically and through a guard that follows no symlink; a path both sides changed differently
+is a conflict: the host's version stays (--theirs: the workspace's wins) and the other one is
+kept in a recovery directory the report names. Only the paths the workspace changed are looked
+at on the host. The workspace's commits arrive as the branch tether/<workspace>, without moving
+the host's HEAD, index or current branch.
+
+Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed error's otherwise
+(a host parent that is a file, a symlink or missing refuses the whole pull before any write).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if theirs && ours {
+				return usageError{errors.New("--theirs and --ours exclude each other")}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			ws, err := cl.GetWorkspace(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			dir := to
+			if dir == "" {
+				dir = ws.SourceDir
+			}
+			if dir == "" {
+				return protocol.Errorf(protocol.CodeUnsupported, "workspace %s has no source directory: it was not created with --source (copy files with tether cp)", ws.Name)
+			}
+			if dir, err = filepath.Abs(dir); err != nil {
+				return err
+			}
+			unlock, err := lockDir(dir)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			// The controller checks the caller's authority before anything on the host is read.
+			plan, err := cl.Pull(ctx, ws.ID, api.PullRequest{Snapshot: from})
+			if err != nil {
+				return err
+			}
+			rep := pullReport{Workspace: ws.Name, Dir: dir, Base: plan.Base, Snapshot: plan.Snapshot, Changed: len(plan.Changes), DryRun: dryRun}
+			gitMoved := plan.Git != nil && (plan.BaseGit == nil || plan.Git.Head != plan.BaseGit.Head)
+			if rep.Changed == 0 && !gitMoved {
+				// The workspace is its base: nothing on the host is read or written.
+				return c.pullDone(rep, asJSON)
+			}
+			root, err := fsguard.Open(dir)
+			if err != nil {
+				return fmt.Errorf("open %s: %w", dir, err)
+			}
+			defer root.Close()
+			hp, err := hostpull.MakePlan(root, plan.Changes)
+			if err != nil {
+				return err
+			}
+			rep.Items, rep.Same, rep.Conflicts, rep.Applied = hp.Items, hp.Same, hp.Conflicts, hp.Apply
+			if dryRun {
+				return c.pullDone(rep, asJSON)
+			}
+			if recovery == "" {
+				recovery = defaultRecoveryDir(ws.Name, plan.Snapshot)
+			}
+			res, err := hostpull.Apply(ctx, root, hp, hostpull.Options{Theirs: theirs, RecoveryDir: recovery,
+				Files: func(ctx context.Context, paths []string) (io.ReadCloser, error) {
+					return cl.SnapshotFiles(ctx, plan.Snapshot, paths)
+				}})
+			if err != nil {
+				return err
+			}
+			rep.Applied, rep.Recovery = res.Applied, res.Recovery
+			if gitMoved {
+				done := hostpull.DeliverGit(ctx, dir, "tether/"+ws.Name, plan.Git.Head, baseHaves(plan),
+					func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
+						return cl.GitPack(ctx, ws.ID, want, haves)
+					})
+				rep.Git = &done
+			}
+			if err := c.pullDone(rep, asJSON); err != nil {
+				return err
+			}
+			if rep.Conflicts > 0 && !theirs && !ours || rep.Git != nil && rep.Git.Conflict {
+				return exitStatus(pullConflictStatus)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "host directory to pull into (default: the workspace's --source directory)")
+	cmd.Flags().StringVar(&from, "snapshot", "", "pull this receipt of the workspace instead of a fresh capture")
+	cmd.Flags().StringVar(&recovery, "recovery-dir", "", "where the version of each conflicting path that is not kept goes (default: under $XDG_STATE_HOME/tether/pull)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and change nothing")
+	cmd.Flags().BoolVar(&theirs, "theirs", false, "resolve conflicts with the workspace's version (the host's is kept in the recovery directory)")
+	cmd.Flags().BoolVar(&ours, "ours", false, "resolve conflicts with the host's version (the workspace's is kept in the recovery directory); exit 0")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func baseHaves(plan api.PullPlan) []string {
+	if plan.BaseGit == nil {
+		return nil
+	}
+	return []string{plan.BaseGit.Head}
+}
+
+func (c *cli) pullDone(rep pullReport, asJSON bool) error {
+	if asJSON {
+		return c.printJSON(rep)
+	}
+	if rep.Changed == 0 && rep.Git == nil {
+		c.printf("%s: nothing changed since its base %s; %s left untouched\n", rep.Workspace, rep.Base, rep.Dir)
+		return nil
+	}
+	for _, it := range rep.Items {
+		switch it.Action {
+		case hostpull.ActApply:
+			c.printf("%s %s\n", changeLetter(it.PathChange), it.Path)
+		case hostpull.ActConflict:
+			c.printf("C %s: %s\n", it.Path, it.Reason)
+		}
+	}
+	verb := "applied"
+	if rep.DryRun {
+		verb = "would apply"
+	}
+	c.printf("%s: %d changed, %s %d, %d already on the host, %d conflicts", rep.Workspace, rep.Changed, verb, rep.Applied, rep.Same, rep.Conflicts)
+	if rep.Recovery != "" {
+		c.printf("; the versions not kept are in %s", rep.Recovery)
+	}
+	c.printf("\n")
+	if g := rep.Git; g != nil {
+		if g.Delivered {
+			c.printf("commits: %s at %s (git log %s)\n", g.Branch, shortID(g.Head), g.Branch)
+		} else {
+			c.printf("commits: not delivered: %s\n", g.Reason)
+		}
+	}
+	return nil
+}
+
+func changeLetter(ch api.PathChange) string {
+	switch {
+	case ch.Base.Type == "":
+		return "A"
+	case ch.Workspace.Type == "":
+		return "D"
+	case ch.Base.Type != ch.Workspace.Type:
+		return "T"
+	}
+	return "M"
+}
+
+// lockDir takes an exclusive lock on dir itself (flock on its descriptor: nothing is created
+// in it), refusing when another pull holds it.
+func lockDir(dir string) (func(), error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "open %s: %v", dir, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, protocol.Errorf(protocol.CodeConflict, "another pull into %s is running", dir)
+		}
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+func defaultRecoveryDir(ws, snap string) string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = os.TempDir()
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "tether", "pull", ws+"-"+snap+"-"+time.Now().UTC().Format("20060102T150405"))
+}
+
+var _ io.ReadCloser = (*client.Confirmed)(nil)

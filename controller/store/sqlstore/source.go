@@ -1,0 +1,33 @@
+package sqlstore
+
+import (
+	"context"
+
+	"github.com/tetherhq/tether/protocol"
+)
+
+func init() {
+	// source_dir is the host directory a --source workspace was made from (the operator's
+	// path, as the CLI gave it); source_base the receipt of what the workspace received, the
+	// base of a three-way workspace pull.
+	addMigration(20, "workspace sources",
+		`ALTER TABLE workspaces ADD COLUMN source_dir TEXT`,
+		`ALTER TABLE workspaces ADD COLUMN source_base TEXT`,
+	)
+}
+
+// SetWorkspaceSource records a workspace's source directory and base receipt, once.
+func (s *DB) SetWorkspaceSource(ctx context.Context, id, dir, baseSnapshot string) error {
+	res, err := s.exec(ctx, s.d.q(`UPDATE workspaces SET source_dir = ?, source_base = ? WHERE id = ? AND source_base IS NULL`),
+		dir, baseSnapshot, id)
+	if err := affected(res, err, "workspace", id); err != nil {
+		if protocol.CodeOf(err) != protocol.CodeNotFound {
+			return err
+		}
+		if _, gerr := s.GetWorkspace(ctx, id); gerr == nil {
+			return protocol.Errorf(protocol.CodeConflict, "workspace %s already has a source base", id)
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherhq/tether/protocol"
+)
+
+// pullJSON is the part of workspace pull --json the tests read.
+type pullJSON struct {
+	Changed   int    `json:"changed"`
+	Applied   int    `json:"applied"`
+	Same      int    `json:"same"`
+	Conflicts int    `json:"conflicts"`
+	Recovery  string `json:"recovery_dir"`
+	Items     []struct {
+		Path   string `json:"path"`
+		Action string `json:"action"`
+	} `json:"items"`
+	Git *struct {
+		Branch    string `json:"branch"`
+		Head      string `json:"head"`
+		Delivered bool   `json:"delivered"`
+		Reason    string `json:"reason"`
+	} `json:"git"`
+}
+
+func parsePull(t *testing.T, r result) pullJSON {
+	t.Helper()
+	var p pullJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
+		t.Fatalf("workspace pull --json printed %q (stderr %q): %v", r.Stdout, r.Stderr, err)
+	}
+	return p
+}
+
+func (p pullJSON) actions() map[string]string {
+	m := map[string]string{}
+	for _, it := range p.Items {
+		m[it.Path] = it.Action
+	}
+	return m
+}
+
+// agentGit is a shell prefix for git inside a workspace: an identity, and the workspace's own
+// repository trusted whoever owns it.
+const agentGit = "export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=a@t.invalid GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=a@t.invalid HOME=/tmp; g() { git -c safe.directory='*' \"$@\"; }; "
+
+func hostText(t *testing.T, p string) string {
+	t.Helper()
+	return string(readHost(t, p))
+}
+
+// A workspace made from a host checkout brings its work back: changes the host did not make are
+// applied (bytes, a mode, a symlink, an added directory, removals), paths both changed are
+// conflicts whose other version is kept in the recovery directory, the host's own edits stay,
+// and the agent's two commits arrive as branch tether/<name> without moving the host's HEAD,
+// index or branch. An unchanged workspace reads nothing on the host.
+func TestWorkspacePull(t *testing.T) {
+	c := startController(t, serveOpts{})
+	host := filepath.Join(t.TempDir(), "checkout")
+	files := map[string]string{
+		"keep.txt": "keep\n", "edit-ws.txt": "base\n", "edit-both.txt": "base\n", "edit-same.txt": "base\n",
+		"del-ws.txt": "gone\n", "del-conflict.txt": "base\n", "run.sh": "echo hi\n", "dir/nested.txt": "nested\n",
+	}
+	for p, data := range files {
+		mustWrite(t, filepath.Join(host, p), []byte(data), 0o644)
+	}
+	gitIn(t, host, "init", "-q", "-b", "main")
+	gitIn(t, host, "add", "-A")
+	gitIn(t, host, "commit", "-q", "-m", "base")
+	hostHead := gitIn(t, host, "rev-parse", "HEAD")
+
+	ws := c.createWorkspace(t, "--name", "agent1", "--source", host)
+	if ws.SourceDir != host || ws.SourceBase == "" {
+		t.Fatalf("a --source workspace records its source and base: %+v", ws)
+	}
+
+	// Unchanged: nothing on the host is looked at, not even a path a plan would refuse.
+	if err := os.Rename(filepath.Join(host, "dir"), filepath.Join(host, "dir.moved")); err != nil {
+		t.Fatal(err)
+	}
+	mustSymlink(t, t.TempDir(), filepath.Join(host, "dir"))
+	if p := parsePull(t, c.cli(t, nil, "workspace", "pull", "agent1", "--json")); p.Changed != 0 || len(p.Items) != 0 || p.Git != nil {
+		t.Fatalf("an unchanged workspace's pull: %+v", p)
+	}
+	os.Remove(filepath.Join(host, "dir"))
+	if err := os.Rename(filepath.Join(host, "dir.moved"), filepath.Join(host, "dir")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The agent's work: two commits, then uncommitted changes on top.
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", agentGit+`set -e
+		echo agent > edit-ws.txt; echo agent > edit-both.txt; echo same > edit-same.txt
+		g add -A; g commit -q -m one
+		rm del-ws.txt del-conflict.txt; chmod 755 run.sh; mkdir -p new/deep; echo fresh > new/deep/file.txt
+		ln -s keep.txt link; g add -A; g commit -q -m two
+		echo uncommitted > edit-ws.txt`)
+	agentHead := strings.TrimSpace(c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", agentGit+"g rev-parse HEAD"))
+
+	// The host's own edits meanwhile.
+	mustWrite(t, filepath.Join(host, "edit-both.txt"), []byte("host\n"), 0o644)
+	mustWrite(t, filepath.Join(host, "edit-same.txt"), []byte("same\n"), 0o644)
+	mustWrite(t, filepath.Join(host, "del-conflict.txt"), []byte("host kept this\n"), 0o644)
+	mustWrite(t, filepath.Join(host, "host-only.txt"), []byte("mine\n"), 0o644)
+
+	// Dry run: the plan, and nothing written.
+	before := describeCopy(t, host)
+	dry := parsePull(t, c.cli(t, nil, "workspace", "pull", "agent1", "--dry-run", "--json"))
+	want := map[string]string{
+		"edit-ws.txt": "apply", "edit-both.txt": "conflict", "edit-same.txt": "same", "del-ws.txt": "apply",
+		"del-conflict.txt": "conflict", "run.sh": "apply", "new": "apply", "new/deep": "apply", "new/deep/file.txt": "apply", "link": "apply",
+	}
+	got := dry.actions()
+	for p, a := range want {
+		if got[p] != a {
+			t.Errorf("plan for %s: %q, want %q (plan %v)", p, got[p], a, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("plan has %d paths, want %d: %v", len(got), len(want), got)
+	}
+	sameCopy(t, "the host after a dry run", before, describeCopy(t, host))
+
+	recovery := filepath.Join(t.TempDir(), "recovery")
+	r := c.cli(t, nil, "workspace", "pull", "agent1", "--json", "--recovery-dir", recovery)
+	if r.Code != 40 {
+		t.Fatalf("a pull with conflicts exits 40, got %+v", r)
+	}
+	p := parsePull(t, r)
+	if p.Conflicts != 2 || p.Applied != 7 || p.Recovery != recovery {
+		t.Errorf("pull report: %+v", p)
+	}
+	for path, data := range map[string]string{
+		"edit-ws.txt": "uncommitted\n", "edit-both.txt": "host\n", "edit-same.txt": "same\n", "del-conflict.txt": "host kept this\n",
+		"new/deep/file.txt": "fresh\n", "host-only.txt": "mine\n", "keep.txt": "keep\n", "dir/nested.txt": "nested\n",
+	} {
+		if got := hostText(t, filepath.Join(host, path)); got != data {
+			t.Errorf("host %s: %q, want %q", path, got, data)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(host, "del-ws.txt")); !os.IsNotExist(err) {
+		t.Errorf("del-ws.txt is still on the host: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(host, "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("run.sh's mode: %v %v", fi, err)
+	}
+	if target, err := os.Readlink(filepath.Join(host, "link")); err != nil || target != "keep.txt" {
+		t.Errorf("link: %q %v", target, err)
+	}
+	if got := hostText(t, filepath.Join(recovery, "edit-both.txt")); got != "agent\n" {
+		t.Errorf("the workspace's version of a conflict in the recovery directory: %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(recovery, "del-conflict.txt")); !os.IsNotExist(err) {
+		t.Errorf("a conflict whose workspace side is a removal keeps nothing: %v", err)
+	}
+	ents, _ := os.ReadDir(host)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tether-tmp-") {
+			t.Errorf("the pull left %s in the host directory", e.Name())
+		}
+	}
+
+	// Git: the branch, HEAD and index as they were.
+	if p.Git == nil || !p.Git.Delivered || p.Git.Branch != "tether/agent1" || p.Git.Head != agentHead {
+		t.Fatalf("git delivery: %+v", p.Git)
+	}
+	if got := gitIn(t, host, "log", "--format=%s", "tether/agent1"); got != "two\none\nbase" {
+		t.Errorf("git log tether/agent1: %q", got)
+	}
+	if got := gitIn(t, host, "rev-parse", "HEAD"); got != hostHead {
+		t.Errorf("the host's HEAD moved: %s", got)
+	}
+	if got := gitIn(t, host, "symbolic-ref", "--short", "HEAD"); got != "main" {
+		t.Errorf("the host's branch: %s", got)
+	}
+	if got := gitIn(t, host, "diff", "--cached", "--name-only"); got != "" {
+		t.Errorf("the host's index changed: %q", got)
+	}
+	gitIn(t, host, "fsck", "--strict")
+	status := gitIn(t, host, "status", "--porcelain")
+	for _, line := range []string{" M edit-ws.txt", " D del-ws.txt", " M run.sh", "?? new/", "?? link", "?? host-only.txt"} {
+		if !strings.Contains(status, line) {
+			t.Errorf("git status lacks %q:\n%s", line, status)
+		}
+	}
+
+	// Again: what was applied is the same now; the conflicts remain until chosen.
+	again := c.cli(t, nil, "workspace", "pull", "agent1", "--json", "--recovery-dir", recovery+"2")
+	if pa := parsePull(t, again); again.Code != 40 || pa.Applied != 0 || pa.Conflicts != 2 || pa.Same != 8 {
+		t.Errorf("a second pull: exit %d %+v", again.Code, pa)
+	}
+	if r := c.cli(t, nil, "workspace", "pull", "agent1", "--ours", "--recovery-dir", recovery+"3"); r.Code != 0 {
+		t.Errorf("--ours exits 0: %+v", r)
+	}
+	if got := hostText(t, filepath.Join(host, "edit-both.txt")); got != "host\n" {
+		t.Errorf("--ours changed the host's version: %q", got)
+	}
+	r = c.cli(t, nil, "workspace", "pull", "agent1", "--theirs", "--json", "--recovery-dir", recovery+"4")
+	if r.Code != 0 {
+		t.Fatalf("--theirs: %+v", r)
+	}
+	if got := hostText(t, filepath.Join(host, "edit-both.txt")); got != "agent\n" {
+		t.Errorf("--theirs: edit-both.txt is %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(host, "del-conflict.txt")); !os.IsNotExist(err) {
+		t.Errorf("--theirs keeps the workspace's removal: %v", err)
+	}
+	for path, data := range map[string]string{"edit-both.txt": "host\n", "del-conflict.txt": "host kept this\n"} {
+		if got := hostText(t, filepath.Join(recovery+"4", path)); got != data {
+			t.Errorf("--theirs keeps the host's %s in the recovery directory: %q", path, got)
+		}
+	}
+}
+
+// The brief's cases: a host parent replaced by a file, by a symlink to a directory outside, or
+// missing, refuses the whole pull before any host write (even where the nested file itself needs
+// nothing); the host's bytes and the outside directory are intact. A second pull into a
+// directory another holds is refused, never interleaved.
+func TestWorkspacePullRefusesChangedHostParents(t *testing.T) {
+	c := startController(t, serveOpts{})
+	host := filepath.Join(t.TempDir(), "checkout")
+	for _, p := range []string{"a/one.txt", "b/two.txt", "c/three.txt", "top.txt"} {
+		mustWrite(t, filepath.Join(host, p), []byte("base\n"), 0o644)
+	}
+	ws := c.createWorkspace(t, "--name", "agent2", "--source", host)
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo ws > a/one.txt; echo ws > b/two.txt; echo ws > c/three.txt; echo ws > top.txt")
+
+	outside := t.TempDir()
+	mustWrite(t, filepath.Join(outside, "two.txt"), []byte("outside\n"), 0o644)
+	cases := []struct {
+		name          string
+		break_, mend  func()
+		wantInMessage string
+	}{
+		{"file", func() {
+			os.Rename(filepath.Join(host, "a"), filepath.Join(host, "a.saved"))
+			mustWrite(t, filepath.Join(host, "a"), []byte("a file now\n"), 0o644)
+		}, func() {
+			os.Remove(filepath.Join(host, "a"))
+			os.Rename(filepath.Join(host, "a.saved"), filepath.Join(host, "a"))
+		}, "host parent a of a/one.txt is a file"},
+		{"symlink", func() {
+			os.Rename(filepath.Join(host, "b"), filepath.Join(host, "b.saved"))
+			mustSymlink(t, outside, filepath.Join(host, "b"))
+		}, func() {
+			os.Remove(filepath.Join(host, "b"))
+			os.Rename(filepath.Join(host, "b.saved"), filepath.Join(host, "b"))
+		}, "host parent b of b/two.txt is a symlink"},
+		{"missing", func() {
+			os.Rename(filepath.Join(host, "c"), filepath.Join(t.TempDir(), "c"))
+		}, nil, "host parent c of c/three.txt is missing"},
+	}
+	for _, tc := range cases {
+		tc.break_()
+		before := describeCopy(t, host)
+		r := c.cli(t, nil, "workspace", "pull", "agent2")
+		expectCLIError(t, r, protocol.CodeConflict, "pull with a "+tc.name+" parent")
+		if !strings.Contains(r.Stderr, tc.wantInMessage) || !strings.Contains(r.Stderr, "nothing was written") {
+			t.Errorf("%s: stderr %q", tc.name, r.Stderr)
+		}
+		sameCopy(t, "the host after a refused pull ("+tc.name+")", before, describeCopy(t, host))
+		if got := hostText(t, filepath.Join(outside, "two.txt")); got != "outside\n" {
+			t.Fatalf("the directory outside changed: %q", got)
+		}
+		if tc.mend != nil {
+			tc.mend()
+		}
+	}
+
+	// Another pull holds the directory: refused, nothing written.
+	fd, err := unix.Open(host, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	before := describeCopy(t, host)
+	r := c.cli(t, nil, "workspace", "pull", "agent2", "--to", host)
+	expectCLIError(t, r, protocol.CodeConflict, "a pull into a held directory")
+	sameCopy(t, "the host while another pull holds it", before, describeCopy(t, host))
+	unix.Close(fd)
+
+	// With the parents mended (c recreated empty is a directory again), the pull applies.
+	if err := os.Mkdir(filepath.Join(host, "c"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = c.cli(t, nil, "workspace", "pull", "agent2", "--json", "--recovery-dir", t.TempDir())
+	p := parsePull(t, r)
+	if r.Code != 40 || p.Applied != 3 || p.Conflicts != 1 || p.actions()["c/three.txt"] != "conflict" {
+		t.Fatalf("the mended pull: exit %d %+v", r.Code, p)
+	}
+	for _, f := range []string{"a/one.txt", "b/two.txt", "top.txt"} {
+		if got := hostText(t, filepath.Join(host, f)); got != "ws\n" {
+			t.Errorf("%s after the mended pull: %q", f, got)
+		}
+	}
+}
