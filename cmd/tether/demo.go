@@ -142,6 +142,9 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	if err := demoSnapshot(ctx, c, cl, demoCLI, step, ws); err != nil {
 		return err
 	}
+	if err := demoPull(ctx, c, cl, demoCLI, step, repo, prov); err != nil {
+		return err
+	}
 	step("done")
 	// Later capabilities (artifacts, services) join the journey here.
 	return nil

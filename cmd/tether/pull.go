@@ -25,18 +25,20 @@ const pullConflictStatus = 40
 
 // pullReport is what workspace pull prints with --json.
 type pullReport struct {
-	Workspace string            `json:"workspace"`
-	Dir       string            `json:"dir"`
-	Base      string            `json:"base"`
-	Snapshot  string            `json:"snapshot"`
-	Changed   int               `json:"changed"`
-	DryRun    bool              `json:"dry_run,omitempty"`
-	Applied   int               `json:"applied"`
-	Same      int               `json:"same"`
-	Conflicts int               `json:"conflicts"`
-	Recovery  string            `json:"recovery_dir,omitempty"`
-	Items     []hostpull.Item   `json:"items,omitempty"`
-	Git       *hostpull.GitDone `json:"git,omitempty"`
+	Workspace string `json:"workspace"`
+	Dir       string `json:"dir"`
+	Base      string `json:"base"`
+	Snapshot  string `json:"snapshot"`
+	Changed   int    `json:"changed"`
+	DryRun    bool   `json:"dry_run,omitempty"`
+	Applied   int    `json:"applied"`
+	Same      int    `json:"same"`
+	Conflicts int    `json:"conflicts"`
+	Recovery  string `json:"recovery_dir,omitempty"`
+	// Resolved says how conflicts were settled: "theirs", "ours", or "" (left for the user).
+	Resolved string            `json:"resolved,omitempty"`
+	Items    []hostpull.Item   `json:"items,omitempty"`
+	Git      *hostpull.GitDone `json:"git,omitempty"`
 }
 
 func newWorkspacePullCmd(c *cli) *cobra.Command {
@@ -120,6 +122,12 @@ Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed err
 				return err
 			}
 			rep.Applied, rep.Recovery = res.Applied, res.Recovery
+			switch {
+			case theirs:
+				rep.Resolved = "theirs"
+			case ours:
+				rep.Resolved = "ours"
+			}
 			if gitMoved {
 				done := hostpull.DeliverGit(ctx, dir, "tether/"+ws.Name, plan.Git.Head, baseHaves(plan),
 					func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
@@ -166,7 +174,7 @@ func (c *cli) pullDone(rep pullReport, asJSON bool) error {
 		case hostpull.ActApply:
 			c.printf("%s %s\n", changeLetter(it.PathChange), it.Path)
 		case hostpull.ActConflict:
-			c.printf("C %s: %s\n", it.Path, it.Reason)
+			c.printf("C %s: %s%s\n", it.Path, it.Reason, map[string]string{"theirs": " (the workspace's version taken)", "ours": " (the host's version kept)"}[rep.Resolved])
 		}
 	}
 	verb := "applied"
