@@ -217,6 +217,22 @@ func TestWorkspacePull(t *testing.T) {
 			t.Errorf("--theirs keeps the host's %s in the recovery directory: %q", path, got)
 		}
 	}
+
+	// The base stays whatever removes receipts: rm refuses it, prune keeps it, and a closed
+	// workspace's gc keeps it, so the closed workspace's work still comes back (files from its
+	// last receipt; no runner to read commits from, so none are asked for when HEAD is the same).
+	expectCLIError(t, c.cli(t, nil, "snapshot", "rm", ws.SourceBase), protocol.CodeConflict, "snapshot rm of a source base")
+	c.mustCLI(t, "snapshot", "prune", "agent1", "--keep-last", "1")
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo after > late.txt")
+	c.mustCLI(t, "workspace", "close", "agent1")
+	c.mustCLI(t, "gc", "--grace", "0s")
+	r = c.cli(t, nil, "workspace", "pull", "agent1", "--json")
+	if p := parsePull(t, r); r.Code != 0 || p.Applied != 1 || p.actions()["late.txt"] != "apply" {
+		t.Fatalf("a closed workspace's pull after prune and gc: exit %d %+v (%s)", r.Code, p, r.Stderr)
+	}
+	if got := hostText(t, filepath.Join(host, "late.txt")); got != "after\n" {
+		t.Errorf("late.txt: %q", got)
+	}
 }
 
 // The brief's cases: a host parent replaced by a file, by a symlink to a directory outside, or
@@ -230,7 +246,14 @@ func TestWorkspacePullRefusesChangedHostParents(t *testing.T) {
 		mustWrite(t, filepath.Join(host, p), []byte("base\n"), 0o644)
 	}
 	ws := c.createWorkspace(t, "--name", "agent2", "--source", host)
-	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo ws > a/one.txt; echo ws > b/two.txt; echo ws > c/three.txt; echo ws > top.txt")
+	// A first pull with a conflict leaves evidence: the workspace's version in a recovery directory.
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo ws > top.txt")
+	mustWrite(t, filepath.Join(host, "top.txt"), []byte("host\n"), 0o644)
+	evidence := filepath.Join(t.TempDir(), "evidence")
+	if r := c.cli(t, nil, "workspace", "pull", "agent2", "--recovery-dir", evidence); r.Code != 40 {
+		t.Fatalf("the first pull: %+v", r)
+	}
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo ws > a/one.txt; echo ws > b/two.txt; echo ws > c/three.txt")
 
 	outside := t.TempDir()
 	mustWrite(t, filepath.Join(outside, "two.txt"), []byte("outside\n"), 0o644)
@@ -269,6 +292,9 @@ func TestWorkspacePullRefusesChangedHostParents(t *testing.T) {
 		if got := hostText(t, filepath.Join(outside, "two.txt")); got != "outside\n" {
 			t.Fatalf("the directory outside changed: %q", got)
 		}
+		if got := hostText(t, filepath.Join(evidence, "top.txt")); got != "ws\n" {
+			t.Fatalf("the recovery evidence after a refused pull: %q", got)
+		}
 		if tc.mend != nil {
 			tc.mend()
 		}
@@ -294,10 +320,13 @@ func TestWorkspacePullRefusesChangedHostParents(t *testing.T) {
 	}
 	r = c.cli(t, nil, "workspace", "pull", "agent2", "--json", "--recovery-dir", t.TempDir())
 	p := parsePull(t, r)
-	if r.Code != 40 || p.Applied != 3 || p.Conflicts != 1 || p.actions()["c/three.txt"] != "conflict" {
+	if r.Code != 40 || p.Applied != 2 || p.Conflicts != 2 || p.actions()["c/three.txt"] != "conflict" || p.actions()["top.txt"] != "conflict" {
 		t.Fatalf("the mended pull: exit %d %+v", r.Code, p)
 	}
-	for _, f := range []string{"a/one.txt", "b/two.txt", "top.txt"} {
+	if got := hostText(t, filepath.Join(host, "top.txt")); got != "host\n" {
+		t.Errorf("the host's top.txt: %q", got)
+	}
+	for _, f := range []string{"a/one.txt", "b/two.txt"} {
 		if got := hostText(t, filepath.Join(host, f)); got != "ws\n" {
 			t.Errorf("%s after the mended pull: %q", f, got)
 		}

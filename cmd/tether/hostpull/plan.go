@@ -68,6 +68,7 @@ func MakePlan(root *fsguard.Root, changes []api.PathChange) (*Plan, error) {
 	v := &hostView{root: root, dirs: map[string]string{}}
 	p := &Plan{Items: make([]Item, 0, len(changes))}
 	created := map[string]bool{} // directories the plan makes
+	held := map[string]bool{}    // directories of the workspace's that are in conflict
 	removed := map[string]bool{} // paths the plan removes
 	var refused []string
 	for _, c := range changes {
@@ -75,11 +76,22 @@ func MakePlan(root *fsguard.Root, changes []api.PathChange) (*Plan, error) {
 			return nil, err
 		}
 		it := Item{PathChange: c}
-		bad, missing, err := v.parents(c.Path, created)
+		if a := heldAncestor(c.Path, held); a != "" {
+			// Its directory is not the workspace's on the host: neither is it.
+			it.Action, it.Reason = ActConflict, "its directory "+a+" is in conflict"
+			if c.Workspace.Type == snapshot.TypeDir {
+				held[c.Path] = true
+			}
+			p.Items = append(p.Items, it)
+			continue
+		}
+		bad, missing, made, err := v.parents(c.Path, created)
 		if err != nil {
 			return nil, err
 		}
 		switch {
+		case made:
+			// Its directory is the plan's to make: the host holds nothing there yet.
 		case bad != "":
 			refused = append(refused, bad)
 			continue
@@ -104,6 +116,9 @@ func MakePlan(root *fsguard.Root, changes []api.PathChange) (*Plan, error) {
 		}
 		if it.Action == ActApply && c.Workspace.Type == snapshot.TypeDir && it.Host.Type != snapshot.TypeDir {
 			created[c.Path] = true
+		}
+		if it.Action == ActConflict && c.Workspace.Type == snapshot.TypeDir && it.Host.Type != snapshot.TypeDir {
+			held[c.Path] = true
 		}
 		if it.Action == ActApply && c.Base.Type != "" && c.Workspace.Type != c.Base.Type {
 			removed[c.Path] = true
@@ -141,6 +156,16 @@ func MakePlan(root *fsguard.Root, changes []api.PathChange) (*Plan, error) {
 	return p, nil
 }
 
+// heldAncestor names an ancestor of p in held.
+func heldAncestor(p string, held map[string]bool) string {
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if held[d] {
+			return d
+		}
+	}
+	return ""
+}
+
 func conflictReason(it Item) string {
 	switch {
 	case it.Host.Type != it.Base.Type && it.Host.Type != it.Workspace.Type:
@@ -160,17 +185,18 @@ func kind(s api.PathState) string {
 }
 
 // parents checks every ancestor of p: bad describes one that is a file, a symlink or anything
-// but a directory; missing names the first that does not exist (and the plan does not make).
-func (v *hostView) parents(p string, created map[string]bool) (bad, missing string, err error) {
+// but a directory; missing names the first that does not exist; made says the plan makes one
+// (so the host holds nothing at p).
+func (v *hostView) parents(p string, created map[string]bool) (bad, missing string, made bool, err error) {
 	dir := path.Dir(p)
 	if dir == "." {
-		return "", "", nil
+		return "", "", false, nil
 	}
 	parts := strings.Split(dir, "/")
 	for i := range parts {
 		a := strings.Join(parts[:i+1], "/")
 		if created[a] {
-			return "", "", nil // made by the plan, so is everything it will hold
+			return "", "", true, nil
 		}
 		t, ok := v.dirs[a]
 		if !ok {
@@ -181,19 +207,19 @@ func (v *hostView) parents(p string, created map[string]bool) (bad, missing stri
 			case errors.Is(err, fs.ErrNotExist):
 				t = "missing"
 			default:
-				return "", "", fmt.Errorf("look at host %s: %w", a, err)
+				return "", "", false, fmt.Errorf("look at host %s: %w", a, err)
 			}
 			v.dirs[a] = t
 		}
 		switch t {
 		case snapshot.TypeDir:
 		case "missing":
-			return "", a, nil
+			return "", a, false, nil
 		default:
-			return fmt.Sprintf("host parent %s of %s is a %s", a, p, t), "", nil
+			return fmt.Sprintf("host parent %s of %s is a %s", a, p, t), "", false, nil
 		}
 	}
-	return "", "", nil
+	return "", "", false, nil
 }
 
 // state is what the host holds at p, compared the way the plan compares entries.
