@@ -59,7 +59,15 @@ type WatchEvent struct {
 	Time    time.Time `json:"time"`
 	// Reason says why an overflow happened.
 	Reason string `json:"reason,omitempty"`
+	// Error ends a watch stream the controller sends its client (type WatchError): the reason
+	// the watch stopped. Never from a runner.
+	Error *Error `json:"error,omitempty"`
 }
+
+// WatchError is the type of the last line of a controller's watch stream when the watch ended
+// (the runner's connection dropped, the directory was removed, the runner sent something wrong).
+// A stream that ends without it was cut.
+const WatchError = "error"
 
 // KnownWatchType reports whether t is one of the watch event types.
 func KnownWatchType(t string) bool {
@@ -77,7 +85,7 @@ func (e WatchEvent) CheckWatchShape() error {
 	bad := func(format string, a ...any) error {
 		return Errorf(CodeCorrupt, "watch event %s: %s", e.Type, fmt.Sprintf(format, a...))
 	}
-	if !KnownWatchType(e.Type) {
+	if !KnownWatchType(e.Type) || e.Error != nil {
 		return Errorf(CodeCorrupt, "watch event of unknown type %q", e.Type)
 	}
 	if len(e.Path) > MaxWatchPath || len(e.OldPath) > MaxWatchPath || len(e.Reason) > 256 {
