@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -90,4 +91,13 @@ func must(t *testing.T, err error) {
 
 func ev(typ, p string, isDir bool) protocol.WatchEvent {
 	return protocol.WatchEvent{Type: typ, Path: p, IsDir: isDir}
+}
+
+// expect pumps the kernel's events and checks that the queue holds exactly want (times cleared).
+func expect(t *testing.T, w *Watcher, want ...protocol.WatchEvent) {
+	t.Helper()
+	pump(t, w)
+	if got := queued(w); !reflect.DeepEqual(got, want) {
+		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
+	}
 }

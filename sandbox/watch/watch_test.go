@@ -42,9 +42,7 @@ func TestEventsInOrder(t *testing.T) {
 		ev(protocol.WatchCreate, "src/d", true),
 		ev(protocol.WatchRemove, "src/b.go", false),
 	}
-	if got := queued(w); !reflect.DeepEqual(got, want) {
-		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
-	}
+	expect(t, w, want...)
 }
 
 func TestNotRecursiveIgnoresSubdirectories(t *testing.T) {
@@ -55,9 +53,7 @@ func TestNotRecursiveIgnoresSubdirectories(t *testing.T) {
 	must(t, os.WriteFile(f.path("top"), nil, 0o644))
 	pump(t, w)
 	want := []protocol.WatchEvent{ev(protocol.WatchCreate, "top", false)}
-	if got := queued(w); !reflect.DeepEqual(got, want) {
-		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
-	}
+	expect(t, w, want...)
 }
 
 func TestRecursiveWatchesNewDirectoriesAndReportsWhatTheyHeld(t *testing.T) {
@@ -109,9 +105,7 @@ func TestRecursiveRenamedDirectoryKeepsItsWatchesUnderItsNewName(t *testing.T) {
 		ev(protocol.WatchCreate, "w/c/b/f", false),
 		ev(protocol.WatchRemove, "w/c", true),
 	}
-	if got := queued(w); !reflect.DeepEqual(got, want) {
-		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
-	}
+	expect(t, w, want...)
 	if w.Watches() != 1 {
 		t.Fatalf("watches = %d after the tree left, want 1", w.Watches())
 	}
@@ -124,9 +118,7 @@ func TestRecursiveDoesNotFollowSymlinks(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(f.outside, "secret"), nil, 0o644))
 	pump(t, w)
 	want := []protocol.WatchEvent{ev(protocol.WatchCreate, "out", false)}
-	if got := queued(w); !reflect.DeepEqual(got, want) {
-		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
-	}
+	expect(t, w, want...)
 }
 
 func TestStartRefusesWhatTheGuardRefuses(t *testing.T) {
@@ -162,9 +154,7 @@ func TestTetherTemporariesAreNotReported(t *testing.T) {
 	}
 	pump(t, w)
 	want := []protocol.WatchEvent{ev(protocol.WatchCreate, "written", false)}
-	if got := queued(w); !reflect.DeepEqual(got, want) {
-		t.Fatalf("events:\n got %+v\nwant %+v", got, want)
-	}
+	expect(t, w, want...)
 }
 
 func TestQueueOverflowDropsAndSaysSo(t *testing.T) {
