@@ -308,6 +308,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/workspaces/{id}", scopeWorkspace, s.handleDeleteWorkspace},
 		{"PUT /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeImport},
 		{"GET /v1/workspaces/{id}/tree", scopeWorkspace, s.handleTreeExport},
+		{"GET /v1/workspaces/{id}/watch", scopeWorkspace, s.handleWatch},
 		{"GET /v1/workspaces/{id}/exec", scopeWorkspace, s.handleExec},
 		{"GET /v1/workspaces/{id}/runs", scopeWorkspace, s.handleListRuns},
 		{"POST /v1/workspaces/{id}/close", scopeWorkspace, s.handleClose},

@@ -93,6 +93,7 @@ var ops = [...]OpSpec{
 	{Name: OpRunAttach, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunAttachArgs]()},
 	{Name: OpRunSignal, Direction: ControllerToRunner, Mutating: true, Args: reflect.TypeFor[RunSignalArgs]()},
 	{Name: OpTCPDial, Direction: ControllerToRunner, Args: reflect.TypeFor[TCPDialArgs]()},
+	{Name: OpFsWatch, Direction: ControllerToRunner, Args: reflect.TypeFor[FsWatchArgs]()},
 
 	// The Hello travels after the header, not in its Args.
 	{Name: OpHello, Direction: RunnerToController},

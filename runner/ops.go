@@ -43,6 +43,7 @@ var handlers = map[string]opHandler{
 	protocol.OpRunAttach:       stream((*Runner).runAttach).refusedWith(refuseExec),
 	protocol.OpRunSignal:       reply((*Runner).runSignal),
 	protocol.OpTCPDial:         stream((*Runner).tcpDial),
+	protocol.OpFsWatch:         stream((*Runner).fsWatch),
 }
 
 // An opHandler is how the runner serves one operation.

@@ -40,7 +40,7 @@ func newFilesCmd(c *cli) *cobra.Command {
 			"unavailable (exit 15): its files may hold unsaved work, so no older save is shown instead.",
 	}
 	cmd.AddCommand(newFilesLsCmd(c), newFilesStatCmd(c), newFilesGetCmd(c), newFilesPutCmd(c),
-		newFilesMkdirCmd(c), newFilesRmCmd(c), newFilesMvCmd(c), newFilesChmodCmd(c))
+		newFilesMkdirCmd(c), newFilesRmCmd(c), newFilesMvCmd(c), newFilesChmodCmd(c), newFilesWatchCmd(c))
 	return cmd
 }
 
