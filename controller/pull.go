@@ -85,12 +85,12 @@ func (s *Server) pullPlan(ctx context.Context, idOrName string, req api.PullRequ
 	if err != nil {
 		return api.PullPlan{}, err
 	}
+	if ws.SourceBase == "" && ws.Git != nil && ws.Git.ProjectID != "" {
+		return s.projectPullPlan(ctx, ws)
+	}
 	if ws.SourceBase == "" {
-		hint := "it was not created with --source; copy its files with tether cp"
-		if ws.Git != nil && ws.Git.ProjectID != "" {
-			hint = "it is a project workspace: its work is delivered as its branch (tether workspace inspect)"
-		}
-		return api.PullPlan{}, protocol.Errorf(protocol.CodeUnsupported, "workspace %s has no source to pull into: %s", ws.Name, hint)
+		return api.PullPlan{}, protocol.Errorf(protocol.CodeUnsupported,
+			"workspace %s has no source to pull into: it was not created with --source; copy its files with tether cp", ws.Name)
 	}
 	base, err := s.store.GetSnapshot(ctx, ws.SourceBase)
 	if err != nil {
@@ -130,6 +130,31 @@ func (s *Server) pullPlan(ctx context.Context, idOrName string, req api.PullRequ
 	plan.Snapshot, plan.Git = now.ID, gitHead(now)
 	if plan.Changes, err = s.archives.Diff(ctx, base, now); err != nil {
 		return plan, err
+	}
+	return plan, nil
+}
+
+// projectPullPlan is a project workspace's pull: its commits, read live (or from its last
+// receipt), to be delivered as its branch to the project's source. Its files are not pulled:
+// what is not committed stays in the workspace, and the plan says how much.
+func (s *Server) projectPullPlan(ctx context.Context, ws api.Workspace) (api.PullPlan, error) {
+	ws, p, err := s.gitWorkspace(ctx, ws.ID)
+	if err != nil {
+		return api.PullPlan{}, err
+	}
+	st, _, err := s.headState(ctx, ws, ws.Git.BaseCommit)
+	if err != nil {
+		return api.PullPlan{}, err
+	}
+	plan := api.PullPlan{WorkspaceID: ws.ID, WorkspaceName: ws.Name, Changes: []api.PathChange{},
+		BaseGit: &api.GitHead{Head: ws.Git.BaseCommit, Branch: ws.Git.BaseRef},
+		Project: &api.PullProject{ID: p.ID, Name: p.Name, Source: p.Source, Branch: ws.Git.Branch, Haves: []string{ws.Git.BaseCommit}},
+		Uncommitted: st.Staged + st.Unstaged + st.Untracked}
+	if ws.Git.StartCommit != "" {
+		plan.Project.Haves = append(plan.Project.Haves, ws.Git.StartCommit)
+	}
+	if st.Head != "" {
+		plan.Git = &api.GitHead{Head: st.Head, Branch: st.Branch}
 	}
 	return plan, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -331,4 +332,51 @@ func TestWorkspacePullRefusesChangedHostParents(t *testing.T) {
 			t.Errorf("%s after the mended pull: %q", f, got)
 		}
 	}
+}
+
+// A project workspace's pull delivers its branch to the project's source: a ref the source has
+// not checked out, its HEAD, index and files untouched; what is not committed is counted and
+// stays in the workspace; delivery is what inspect says, and merged once the source merges it.
+func TestWorkspacePullProject(t *testing.T) {
+	c := startController(t, serveOpts{})
+	src := newSourceRepo(t)
+	srcHead := src.git("rev-parse", "HEAD")
+	p := c.createProject(t, "--source", src.Dir)
+	ws := c.createWorkspace(t, "--project", p.ID, "--name", "task")
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", agentGit+"set -e; echo work > work.txt; g add work.txt; g commit -q -m work; echo wip > wip.txt")
+	head := strings.TrimSpace(c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", agentGit+"g rev-parse HEAD"))
+
+	var rep struct {
+		Git struct {
+			Branch    string `json:"branch"`
+			Head      string `json:"head"`
+			Delivered bool   `json:"delivered"`
+		} `json:"git"`
+		Uncommitted int    `json:"uncommitted"`
+		Delivery    string `json:"delivery"`
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "pull", "task", "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Git.Delivered || rep.Git.Head != head || rep.Git.Branch != ws.Git.Branch || rep.Uncommitted != 1 || rep.Delivery != "unmerged" {
+		t.Fatalf("project pull: %+v", rep)
+	}
+	if got := src.git("rev-parse", ws.Git.Branch); got != head {
+		t.Errorf("the source's %s: %s, want %s", ws.Git.Branch, got, head)
+	}
+	if got := src.git("rev-parse", "HEAD"); got != srcHead {
+		t.Errorf("the source's HEAD moved: %s", got)
+	}
+	if got := src.git("status", "--porcelain"); got != "" {
+		t.Errorf("the source's files changed: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(src.Dir, "work.txt")); !os.IsNotExist(err) {
+		t.Errorf("a project pull wrote a file into the source's worktree: %v", err)
+	}
+	src.git("merge", "-q", "--ff-only", ws.Git.Branch)
+	if in := c.inspect(t, ws.ID); in.Delivery != api.DeliveredByAncestry {
+		t.Errorf("after the source merged the branch: %+v", in)
+	}
+	// Again: nothing to move, still delivered.
+	c.mustCLI(t, "workspace", "pull", "task")
 }

@@ -72,6 +72,9 @@ Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed err
 			if err != nil {
 				return err
 			}
+			if ws.SourceBase == "" && ws.Git != nil && ws.Git.ProjectID != "" {
+				return c.pullProject(ctx, cl, ws, to, asJSON)
+			}
 			dir := to
 			if dir == "" {
 				dir = ws.SourceDir
@@ -238,3 +241,75 @@ func defaultRecoveryDir(ws, snap string) string {
 }
 
 var _ io.ReadCloser = (*client.Confirmed)(nil)
+
+// projectPullReport is what workspace pull prints for a project workspace.
+type projectPullReport struct {
+	Workspace   string           `json:"workspace"`
+	Dir         string           `json:"dir"`
+	Git         hostpull.GitDone `json:"git"`
+	Uncommitted int              `json:"uncommitted"`
+	Delivery    string           `json:"delivery,omitempty"`
+}
+
+// pullProject delivers a project workspace's branch into the project's source repository (or
+// --to, a clone of it): a ref the source has not checked out, moved only forward. What is not
+// committed stays in the workspace; the report counts it.
+func (c *cli) pullProject(ctx context.Context, cl *client.Client, ws api.Workspace, to string, asJSON bool) error {
+	dir := to
+	if dir == "" {
+		p, err := cl.GetProject(ctx, ws.Git.ProjectID)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(p.Source); err != nil || !fi.IsDir() {
+			return protocol.Errorf(protocol.CodeInvalidArgument, "project %s's source %s is not a directory here: give --to, a clone of it", p.Name, p.Source)
+		}
+		dir = p.Source
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	plan, err := cl.Pull(ctx, ws.ID, api.PullRequest{})
+	if err != nil {
+		return err
+	}
+	rep := projectPullReport{Workspace: ws.Name, Dir: dir, Uncommitted: plan.Uncommitted}
+	if plan.Git == nil || plan.Project == nil {
+		rep.Git = hostpull.GitDone{Reason: "the workspace's repository has no commit"}
+	} else {
+		rep.Git = hostpull.DeliverGit(ctx, dir, plan.Project.Branch, plan.Git.Head, plan.Project.Haves,
+			func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
+				return cl.GitPack(ctx, ws.ID, want, haves)
+			})
+	}
+	if in, err := cl.InspectWorkspace(ctx, ws.ID); err == nil {
+		rep.Delivery = in.Delivery
+	}
+	if asJSON {
+		if err := c.printJSON(rep); err != nil {
+			return err
+		}
+	} else {
+		if rep.Git.Delivered {
+			c.printf("%s: branch %s at %s delivered to %s (delivery: %s)\n", ws.Name, rep.Git.Branch, shortID(rep.Git.Head), dir, rep.Delivery)
+		} else {
+			c.printf("%s: commits not delivered: %s\n", ws.Name, rep.Git.Reason)
+		}
+		if rep.Uncommitted > 0 {
+			c.printf("%d uncommitted paths stay in the workspace: commit them there to deliver them\n", rep.Uncommitted)
+		}
+	}
+	switch {
+	case rep.Git.Conflict:
+		return exitStatus(pullConflictStatus)
+	case !rep.Git.Delivered:
+		return protocol.Errorf(protocol.CodeFailed, "the branch of %s was not delivered: %s", ws.Name, rep.Git.Reason)
+	}
+	return nil
+}

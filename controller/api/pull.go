@@ -50,6 +50,21 @@ type PullPlan struct {
 	BaseGit *GitHead     `json:"base_git,omitempty"`
 	Git     *GitHead     `json:"git,omitempty"`
 	Changes []PathChange `json:"changes"`
+	// Project is set for a project workspace: its work is its branch, delivered to the
+	// project's source; Changes is then empty and Uncommitted counts what a delivery leaves
+	// behind (staged, unstaged and untracked paths).
+	Project     *PullProject `json:"project,omitempty"`
+	Uncommitted int          `json:"uncommitted,omitempty"`
+}
+
+// PullProject is where a project workspace's branch goes.
+type PullProject struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	// Branch is the workspace's branch; Haves the commits the source surely has.
+	Branch string   `json:"branch"`
+	Haves  []string `json:"haves"`
 }
 
 // FilesRequest is the body of POST /v1/snapshots/{id}/files: the regular files whose bytes to

@@ -34,10 +34,12 @@ func DeliverGit(ctx context.Context, dir, branch, head string, haves []string,
 		d.Reason = fmt.Sprintf(format, args...)
 		return d
 	}
-	if fi, err := os.Lstat(filepath.Join(dir, ".git")); err != nil || !fi.IsDir() {
-		return fail("%s is not the top of a Git repository (no .git directory)", dir)
-	}
 	g := hostGit{dir: dir}
+	if bare, _ := g.run(ctx, nil, "rev-parse", "--is-bare-repository"); bare != "true" {
+		if fi, err := os.Lstat(filepath.Join(dir, ".git")); err != nil || !fi.IsDir() {
+			return fail("%s is not the top of a Git repository (no .git directory)", dir)
+		}
+	}
 	ref := "refs/heads/" + branch
 	if _, err := g.run(ctx, nil, "check-ref-format", ref); err != nil {
 		return fail("%s is not a valid branch name", branch)
