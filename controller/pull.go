@@ -147,8 +147,8 @@ func (s *Server) projectPullPlan(ctx context.Context, ws api.Workspace) (api.Pul
 		return api.PullPlan{}, err
 	}
 	plan := api.PullPlan{WorkspaceID: ws.ID, WorkspaceName: ws.Name, Changes: []api.PathChange{},
-		BaseGit: &api.GitHead{Head: ws.Git.BaseCommit, Branch: ws.Git.BaseRef},
-		Project: &api.PullProject{ID: p.ID, Name: p.Name, Source: p.Source, Branch: ws.Git.Branch, Haves: []string{ws.Git.BaseCommit}},
+		BaseGit:     &api.GitHead{Head: ws.Git.BaseCommit, Branch: ws.Git.BaseRef},
+		Project:     &api.PullProject{ID: p.ID, Name: p.Name, Source: p.Source, Branch: ws.Git.Branch, Haves: []string{ws.Git.BaseCommit}},
 		Uncommitted: st.Staged + st.Unstaged + st.Untracked}
 	if ws.Git.StartCommit != "" {
 		plan.Project.Haves = append(plan.Project.Haves, ws.Git.StartCommit)
