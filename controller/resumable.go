@@ -183,6 +183,14 @@ func (s *Server) handleUploadChunk(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, s.uploadView(u))
 		return
 	}
+	if off != u.Offset {
+		// Not where the last chunk left it: the runner says where it is before a byte of a
+		// misplaced chunk is read (a client that lost track learns it for the price of a header).
+		if held, err := s.runnerOffset(r.Context(), ws, u); err == nil && held != off {
+			writeError(w, protocol.Errorf(protocol.CodeConflict, "upload %s is at offset %d, not %d", u.ID, held, off))
+			return
+		}
+	}
 	body := &countingReader{r: http.MaxBytesReader(w, r.Body, n)}
 	var st protocol.FsUploadStatus
 	err = c.CallWithBody(r.Context(), protocol.OpFsUploadChunk, epoch, chunkArgs(u, off, n), body, &st)

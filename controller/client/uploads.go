@@ -58,8 +58,9 @@ func (c *Client) PutUploadChunk(ctx context.Context, ws, id string, off int64, r
 	req := request{method: http.MethodPut, path: uploadPath(ws, id), query: url.Values{"offset": {strconv.FormatInt(off, 10)}},
 		body: r, contentLength: n, contentType: "application/octet-stream"}
 	if n == 0 {
-		// An empty body needs its Content-Length said, or the server sees none.
-		req.body = http.NoBody
+		// No body at all: a PUT without one says Content-Length: 0; an empty reader would go
+		// chunked, with no length the controller can check.
+		req.body = nil
 	}
 	return u, c.do(ctx, req, &u)
 }
