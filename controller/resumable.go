@@ -129,6 +129,16 @@ func (s *Server) uploadOf(r *http.Request, ws api.Workspace) (store.UploadSessio
 	return u, nil
 }
 
+// routeUpload finds the route's workspace and its session (uploadOf).
+func (s *Server) routeUpload(r *http.Request) (api.Workspace, store.UploadSession, error) {
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return ws, store.UploadSession{}, err
+	}
+	u, err := s.uploadOf(r, ws)
+	return ws, u, err
+}
+
 // chunkArgs describe u to the runner, for a chunk of n bytes at off.
 func chunkArgs(u store.UploadSession, off, n int64) protocol.FsUploadChunkArgs {
 	return protocol.FsUploadChunkArgs{Session: u.ID, Path: u.Path, Size: u.Size, SHA256: u.SHA256, Mode: u.Mode, Replace: u.Replace,
@@ -238,12 +248,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // handleUploadGet answers a session with the offset its runner holds (the last one confirmed
 // when the runner cannot be asked).
 func (s *Server) handleUploadGet(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workspace(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	u, err := s.uploadOf(r, ws)
+	ws, u, err := s.routeUpload(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -304,12 +309,7 @@ func (s *Server) handleUploadList(w http.ResponseWriter, r *http.Request) {
 // handleUploadAbort forgets a session and has its runner remove the staged bytes. A runner that
 // cannot be reached drops them itself once the session's expiry passed, or with its sandbox.
 func (s *Server) handleUploadAbort(w http.ResponseWriter, r *http.Request) {
-	ws, err := s.workspace(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	u, err := s.uploadOf(r, ws)
+	_, u, err := s.routeUpload(r)
 	if err != nil {
 		writeError(w, err)
 		return
