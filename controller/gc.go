@@ -62,6 +62,15 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 		return res, err
 	}
 	defer release()
+	if !dryRun {
+		// Expired upload sessions go first: they are not snapshots, and a failure to reach
+		// one's runner must not hold up the sweep (it drops the bytes itself past the expiry).
+		n, err := s.expireUploads(ctx)
+		res.ExpiredUploads = n
+		if err != nil {
+			s.log.Warn("gc: expire upload sessions", "err", err)
+		}
+	}
 	list, err := s.store.ListWorkspaces(ctx, false)
 	if err != nil {
 		return res, err

@@ -49,6 +49,11 @@ func (s *Server) upkeepOnce(ctx context.Context) error {
 	if err := s.disownDeadPeers(ctx); err != nil {
 		return err
 	}
+	// Expired upload sessions are removed here too, not only by gc (which runs only when
+	// asked or with --gc-interval): their staged bytes take the sandbox's disk.
+	if _, err := s.expireUploads(ctx); err != nil {
+		s.log.Warn("expire upload sessions", "err", err)
+	}
 	return s.failOverdue(ctx)
 }
 

@@ -71,6 +71,8 @@ type Runner struct {
 	// holds are the runner's own temporary files and staging directories in the workspace while
 	// a write or restore is in flight: the only reserved-looking names a capture leaves out.
 	holds *fsguard.Holds
+	// uploads are the resumable uploads staged in the runner's private state directory.
+	uploads *uploadTable
 
 	// routines are the goroutines serving the controller's streams: they outlive a connection,
 	// and Shutdown waits for them (a while: see stopWait) once the runner's commands are gone.
@@ -106,7 +108,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, routines: routine.New(context.Background(), cfg.Logger), policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds()}
+	r := &Runner{cfg: cfg, runs: newRunTable(), token: cfg.Token, routines: routine.New(context.Background(), cfg.Logger), policy: cfg.Confine, root: cfg.Root, holds: fsguard.NewHolds(), uploads: newUploadTable(cfg.StateDir)}
 	logDir := ""
 	if cfg.StateDir != "" {
 		logDir = filepath.Join(cfg.StateDir, "runs")
@@ -194,6 +196,7 @@ func (r *Runner) Shutdown() {
 	r.services.StopAll(shutdownGrace)
 	// Only now, with its commands gone, can an exec's handler end.
 	r.stopRoutines()
+	r.uploads.close()
 	if err := r.logs.Close(); err != nil {
 		r.cfg.Logger.Warn("remove run logs", "err", err)
 	}

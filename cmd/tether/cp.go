@@ -20,6 +20,7 @@ import (
 
 func newCpCmd(c *cli) *cobra.Command {
 	var parents bool
+	var rf resumeFlags
 	cmd := &cobra.Command{
 		Use:   "cp SRC DEST",
 		Short: "Copy files or directories between the host and a workspace (WORKSPACE:PATH)",
@@ -38,7 +39,8 @@ func newCpCmd(c *cli) *cobra.Command {
 			"destination that exists is refused (exists). On the host the same checks apply to what the\n" +
 			"workspace sends: no name outside the destination, no absolute name or \"..\", no symlink\n" +
 			"followed. LOCAL itself may be a symlink (it is your argument); nothing beneath it is followed.\n" +
-			"A progress bar is drawn on a terminal.",
+			"A progress bar is drawn on a terminal. A single file of 64 MiB or more goes through a\n" +
+			"resumable upload session (see tether files put): an interrupted copy continues with --resume.",
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst := parseCpArg(args[0]), parseCpArg(args[1])
@@ -52,7 +54,8 @@ func newCpCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cp := &copier{c: c, cl: cl, parents: parents}
+			rf.again = "tether cp --resume " + shellQuote(args[0]) + " " + shellQuote(args[1])
+			cp := &copier{c: c, cl: cl, parents: parents, resume: rf}
 			if dst.remote {
 				if dst.path, err = remotePath(cmd.Context(), cl, dst.ws, dst.path); err != nil {
 					return err
@@ -66,6 +69,7 @@ func newCpCmd(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create the destination's missing parent directories (in the workspace, each through the guard)")
+	rf.add(cmd)
 	return cmd
 }
 
@@ -92,6 +96,7 @@ type copier struct {
 	c       *cli
 	cl      *client.Client
 	parents bool
+	resume  resumeFlags // a single file's resumable upload
 }
 
 // in copies the local path src (or, as "-", a tar on stdin) to dst in workspace ws.
@@ -176,16 +181,7 @@ func (cp *copier) fileIn(ctx context.Context, src string, fi fs.FileInfo, ws, ta
 		// only through a chmod, which cp does not do for so rare a case.
 		o.Mode = 0o644
 	}
-	r, closeSrc, err := cp.c.openUpload(src, &o)
-	if err != nil {
-		return err
-	}
-	defer closeSrc()
-	bar := cp.c.newProgress("cp " + src)
-	bar.setTotal(o.Size)
-	o.Progress = bar.add
-	res, err := cp.cl.WriteFile(ctx, ws, target, r, o)
-	bar.finish()
+	res, err := cp.c.putFile(ctx, cp.cl, ws, src, target, "cp "+src, o, cp.resume)
 	if err != nil {
 		return err
 	}

@@ -336,6 +336,7 @@ func localError(op, path string, err error) error {
 
 func newFilesPutCmd(c *cli) *cobra.Command {
 	var o client.WriteOptions
+	var rf resumeFlags
 	var mode string
 	var asJSON, parents bool
 	cmd := &cobra.Command{
@@ -344,7 +345,12 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 		Long: "Streams LOCAL into the workspace. The runner writes a temporary file beside PATH and\n" +
 			"renames it into place only when every byte arrived and, for a regular LOCAL file, its\n" +
 			"SHA-256 matches the one computed here first. An existing PATH is kept (error: exists)\n" +
-			"unless --replace, or --if-sha256 names its current content.",
+			"unless --replace, or --if-sha256 names its current content.\n\n" +
+			"A regular file of 64 MiB or more (or any, with --resumable) goes through a resumable\n" +
+			"upload session, in chunks the runner stages outside the workspace; the file is published\n" +
+			"only when the whole SHA-256 matches. If the put is interrupted, run it again with\n" +
+			"--resume (or --session ID): it continues from the last offset the runner verified.\n" +
+			"Sessions expire after 24 hours.",
 		Args: exactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if mode != "" {
@@ -365,21 +371,12 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			src, closeSrc, err := c.openUpload(args[1], &o)
-			if err != nil {
-				return err
-			}
-			defer closeSrc()
 			if parents {
 				if err := mkParents(cmd.Context(), cl, args[0], remote); err != nil {
 					return err
 				}
 			}
-			bar := c.newProgress("put " + args[2])
-			bar.setTotal(o.Size)
-			o.Progress = bar.add
-			res, err := cl.WriteFile(cmd.Context(), args[0], remote, src, o)
-			bar.finish()
+			res, err := c.putFile(cmd.Context(), cl, args[0], args[1], remote, "put "+args[2], o, rf)
 			if err != nil {
 				return err
 			}
@@ -399,31 +396,33 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&o.IfSHA256, "if-sha256", "", "replace only if the current content has this SHA-256 (else error: conflict)")
 	cmd.Flags().StringVar(&mode, "mode", "", "permission bits of the file, octal (default 0644)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	rf.add(cmd)
 	return cmd
 }
 
 // openUpload opens LOCAL. A regular file is hashed first, so the runner can refuse to publish
-// content that differs from what is on disk here (a file changed while it was sent); stdin and
-// other streams can only be sent as they come, protected by the transfer's own count and digest.
-func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, func(), error) {
+// content that differs from what is on disk here (a file changed while it was sent), and is
+// returned as a file too (a resumable upload reads it at offsets); stdin and other streams can
+// only be sent as they come, protected by the transfer's own count and digest.
+func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, *os.File, func(), error) {
 	if local == "-" {
-		return c.stdin, func() {}, nil
+		return c.stdin, nil, func() {}, nil
 	}
 	f, err := os.Open(local)
 	if err != nil {
-		return nil, nil, localError("open", local, err)
+		return nil, nil, nil, localError("open", local, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, localError("stat", local, err)
+		return nil, nil, nil, localError("stat", local, err)
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; put sends one file: copy directories with `tether cp %s WORKSPACE:PATH`", local, local)
+		return nil, nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; put sends one file: copy directories with `tether cp %s WORKSPACE:PATH`", local, local)
 	}
 	if !fi.Mode().IsRegular() {
-		return f, func() { f.Close() }, nil
+		return f, nil, func() { f.Close() }, nil
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
@@ -432,12 +431,12 @@ func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, func(
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, localError("read", local, err)
+		return nil, nil, nil, localError("read", local, err)
 	}
 	o.SHA256, o.Size = hex.EncodeToString(h.Sum(nil)), n
 	// Exactly the hashed length is sent; a file that grew meanwhile fails the runner's check
 	// instead of sending more than Content-Length promised.
-	return io.LimitReader(f, n+1), func() { f.Close() }, nil
+	return io.LimitReader(f, n+1), f, func() { f.Close() }, nil
 }
 
 func isSHA256(s string) bool {

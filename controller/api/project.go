@@ -131,4 +131,7 @@ type GCResult struct {
 	Objects StorageFigure `json:"objects"`
 	// Bytes: all it freed (or would), objects and base clones.
 	Bytes int64 `json:"reclaimed_bytes"`
+	// ExpiredUploads: the resumable upload sessions past their expiry it removed (staged bytes
+	// included); a dry run removes none.
+	ExpiredUploads int `json:"expired_uploads,omitempty"`
 }

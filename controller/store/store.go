@@ -61,6 +61,7 @@ type Store interface {
 	Members
 	Tokens
 	Previews
+	UploadSessions
 	Coordination
 
 	Close() error
@@ -343,6 +344,47 @@ type Previews interface {
 	// PurgePreviews forgets the previews that expired or were revoked before before, and says
 	// how many.
 	PurgePreviews(ctx context.Context, before time.Time) (int, error)
+}
+
+// UploadSession is a resumable upload: a file of Size bytes whose whole SHA-256 was declared up
+// front, staged by the runner of the workspace chunk by chunk and published when the last byte
+// arrived and the digest matched. Any controller of a cluster may continue it; anyone who may
+// write to the workspace may (the record names the principal that started it, for the log).
+type UploadSession struct {
+	ID          string // up_…, random and unguessable
+	WorkspaceID string
+	Path        string
+	Size        int64
+	SHA256      string
+	Mode        uint32
+	Replace     bool
+	CreatedBy   string // the principal that started it ("operator" or "API token NAME")
+	// Offset is the last offset the runner confirmed (the runner holds the truth); Received
+	// counts every byte the controllers took in for it, cut chunks included.
+	Offset      int64
+	Received    int64
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	CompletedAt time.Time // zero: not published yet
+}
+
+// UploadSessions keeps resumable upload sessions.
+type UploadSessions interface {
+	// CreateUploadSession records a new session (its id must be new).
+	CreateUploadSession(ctx context.Context, u UploadSession) error
+	// GetUploadSession finds a session by id, expired and completed ones included (the caller
+	// decides); CodeNotFound when there is none.
+	GetUploadSession(ctx context.Context, id string) (UploadSession, error)
+	// ListUploadSessions lists a workspace's sessions by creation time; path, when not empty,
+	// keeps those of that path.
+	ListUploadSessions(ctx context.Context, workspaceID, path string) ([]UploadSession, error)
+	// RecordUploadProgress sets a session's confirmed offset, adds received to what it took in,
+	// and marks it completed at completed when that is not zero (CodeNotFound when it is gone).
+	RecordUploadProgress(ctx context.Context, id string, offset, received int64, completed time.Time) error
+	// DeleteUploadSession forgets a session (CodeNotFound when there is none).
+	DeleteUploadSession(ctx context.Context, id string) error
+	// ExpiredUploadSessions lists up to limit sessions that expired before before, oldest first.
+	ExpiredUploadSessions(ctx context.Context, before time.Time, limit int) ([]UploadSession, error)
 }
 
 // Coordination is what controllers sharing a store use to take turns and to wake each other.

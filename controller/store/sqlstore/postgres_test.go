@@ -49,6 +49,10 @@ func TestPostgresColumnTypes(t *testing.T) {
 		{"tokens", "expires_at", "timestamp with time zone"},
 		{"tokens", "revoked_at", "timestamp with time zone"},
 		{"uploads", "touched_at", "timestamp with time zone"},
+		{"upload_sessions", "size", "bigint"},
+		{"upload_sessions", "received", "bigint"},
+		{"upload_sessions", "replace_existing", "boolean"},
+		{"upload_sessions", "expires_at", "timestamp with time zone"},
 	} {
 		var got string
 		err := sqlstore.QueryRow(ctx, db, `SELECT data_type FROM information_schema.columns

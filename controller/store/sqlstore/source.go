@@ -10,7 +10,7 @@ func init() {
 	// source_dir is the host directory a --source workspace was made from (the operator's
 	// path, as the CLI gave it); source_base the receipt of what the workspace received, the
 	// base of a three-way workspace pull.
-	addMigration(20, "workspace sources",
+	addMigration(21, "workspace sources",
 		`ALTER TABLE workspaces ADD COLUMN source_dir TEXT`,
 		`ALTER TABLE workspaces ADD COLUMN source_base TEXT`,
 	)

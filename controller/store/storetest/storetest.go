@@ -70,6 +70,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"TokenHashUnique", plain(testTokenHashUnique)},
 		// Previews
 		{"Previews", plain(testPreviews)},
+		// Upload sessions
+		{"UploadSessions", plain(testUploadSessions)},
 		// Members
 		{"Members", testMembers},
 		{"ClusterSecret", plain(testClusterSecret)},
