@@ -128,7 +128,7 @@ func (s *Server) pullPlan(ctx context.Context, idOrName string, req api.PullRequ
 		}
 	}
 	plan.Snapshot, plan.Git = now.ID, gitHead(now)
-	if plan.Changes, err = s.archives.Diff(ctx, base, now); err != nil {
+	if plan.Changes, plan.Skipped, err = s.archives.DiffSkipping(ctx, base, now); err != nil {
 		return plan, err
 	}
 	return plan, nil
@@ -153,16 +153,55 @@ func (s *Server) projectPullPlan(ctx context.Context, ws api.Workspace) (api.Pul
 	if ws.Git.StartCommit != "" {
 		plan.Project.Haves = append(plan.Project.Haves, ws.Git.StartCommit)
 	}
-	if st.Head != "" {
+	if api.IsObjectID(st.Head) {
 		plan.Git = &api.GitHead{Head: st.Head, Branch: st.Branch}
 	}
 	return plan, nil
 }
 
-// gitHead reads the repository state a receipt recorded; nil when it has none.
+// handlePulled moves a workspace's base to the receipt a pull brought back whole: the host
+// directory now holds that tree (or, for each conflict, a version its owner chose), so the next
+// pull compares with it — else every path the agent changed twice would be a conflict.
+func (s *Server) handlePulled(w http.ResponseWriter, r *http.Request) {
+	var req api.PulledRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ws, err := s.workspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	snap, err := s.snapshot(r.Context(), req.Snapshot)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if snap.WorkspaceID != ws.ID || snap.ReclaimedAt != nil {
+		writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "snapshot %s is not a live receipt of workspace %s", snap.ID, ws.Name))
+		return
+	}
+	if req.Base == snap.ID {
+		writeJSON(w, http.StatusOK, ws)
+		return
+	}
+	if err := s.store.AdvanceSourceBase(r.Context(), ws.ID, req.Base, snap.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	if ws, err = s.workspace(r.Context(), ws.ID); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ws)
+}
+
+// gitHead reads the repository state a receipt recorded; nil when it has none. The runner wrote
+// it: a head that is not an object id is none (it will be an argument to host Git).
 func gitHead(snap api.Snapshot) *api.GitHead {
 	var g api.GitHead
-	if len(snap.Git) == 0 || json.Unmarshal(snap.Git, &g) != nil || g.Head == "" {
+	if len(snap.Git) == 0 || json.Unmarshal(snap.Git, &g) != nil || !api.IsObjectID(g.Head) {
 		return nil
 	}
 	return &g

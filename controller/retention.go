@@ -45,7 +45,13 @@ func (s *Server) handleSnapshotRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if ws, err := s.store.GetWorkspace(r.Context(), snap.WorkspaceID); err == nil && ws.SourceBase == snap.ID {
+	// Fails closed: a workspace that cannot be read may be the one whose base this is.
+	ws, err := s.store.GetWorkspace(r.Context(), snap.WorkspaceID)
+	if err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
+		writeError(w, err)
+		return
+	}
+	if err == nil && ws.SourceBase == snap.ID {
 		writeError(w, protocol.Errorf(protocol.CodeConflict,
 			"snapshot %s is the source base of workspace %s: workspace pull compares with it (it goes with the workspace)", snap.ID, ws.Name))
 		return

@@ -321,6 +321,7 @@ func (s *Server) routes() []route {
 		// The base of every later pull: set once, by whoever made the workspace.
 		{"POST /v1/workspaces/{id}/source", scopeOperator, s.handleSetSource},
 		{"POST /v1/workspaces/{id}/pull", scopeWorkspace, s.handlePull},
+		{"POST /v1/workspaces/{id}/pulled", scopeWorkspace, s.handlePulled},
 		{"GET /v1/workspaces/{id}/git/pack", scopeWorkspace, s.handleGitPack},
 		{"POST /v1/projects", scopeOperator, s.handleCreateProject},
 		{"GET /v1/projects", scopeList, s.handleListProjects},

@@ -16,6 +16,7 @@ import (
 // pullJSON is the part of workspace pull --json the tests read.
 type pullJSON struct {
 	Changed   int    `json:"changed"`
+	NewBase   string `json:"new_base"`
 	Applied   int    `json:"applied"`
 	Same      int    `json:"same"`
 	Conflicts int    `json:"conflicts"`
@@ -197,12 +198,6 @@ func TestWorkspacePull(t *testing.T) {
 	if pa := parsePull(t, again); again.Code != 40 || pa.Applied != 0 || pa.Conflicts != 2 || pa.Same != 8 {
 		t.Errorf("a second pull: exit %d %+v", again.Code, pa)
 	}
-	if r := c.cli(t, nil, "workspace", "pull", "agent1", "--ours", "--recovery-dir", recovery+"3"); r.Code != 0 {
-		t.Errorf("--ours exits 0: %+v", r)
-	}
-	if got := hostText(t, filepath.Join(host, "edit-both.txt")); got != "host\n" {
-		t.Errorf("--ours changed the host's version: %q", got)
-	}
 	r = c.cli(t, nil, "workspace", "pull", "agent1", "--theirs", "--json", "--recovery-dir", recovery+"4")
 	if r.Code != 0 {
 		t.Fatalf("--theirs: %+v", r)
@@ -218,11 +213,36 @@ func TestWorkspacePull(t *testing.T) {
 			t.Errorf("--theirs keeps the host's %s in the recovery directory: %q", path, got)
 		}
 	}
+	// A settled pull moves the base: the agent editing a pulled file again is no conflict, and
+	// an unchanged workspace is nothing to do, whatever the host did since.
+	settledAt := parsePull(t, r).NewBase
+	if got := c.showWorkspace(t, ws.ID).SourceBase; settledAt == "" || got != settledAt {
+		t.Fatalf("the base after a settled pull: %q, report %q", got, settledAt)
+	}
+	mustWrite(t, filepath.Join(host, "keep.txt"), []byte("host edit after the pull\n"), 0o644)
+	if p := parsePull(t, c.cli(t, nil, "workspace", "pull", "agent1", "--json")); p.Changed != 0 {
+		t.Errorf("a pull of an unchanged workspace after a settled one: %+v", p)
+	}
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo again > edit-ws.txt; echo ws-side > edit-same.txt")
+	mustWrite(t, filepath.Join(host, "edit-same.txt"), []byte("host-side\n"), 0o644)
+	r = c.cli(t, nil, "workspace", "pull", "agent1", "--json", "--ours", "--recovery-dir", recovery+"5")
+	if p := parsePull(t, r); r.Code != 0 || p.Applied != 1 || p.Conflicts != 1 || p.actions()["edit-ws.txt"] != "apply" {
+		t.Errorf("a pull after a settled one, --ours: exit %d %+v", r.Code, p)
+	}
+	for path, data := range map[string]string{"edit-ws.txt": "again\n", "edit-same.txt": "host-side\n", "keep.txt": "host edit after the pull\n"} {
+		if got := hostText(t, filepath.Join(host, path)); got != data {
+			t.Errorf("after --ours: %s is %q, want %q", path, got, data)
+		}
+	}
+	if got := hostText(t, filepath.Join(recovery+"5", "edit-same.txt")); got != "ws-side\n" {
+		t.Errorf("--ours keeps the workspace's version in the recovery directory: %q", got)
+	}
 
 	// The base stays whatever removes receipts: rm refuses it, prune keeps it, and a closed
 	// workspace's gc keeps it, so the closed workspace's work still comes back (files from its
 	// last receipt; no runner to read commits from, so none are asked for when HEAD is the same).
-	expectCLIError(t, c.cli(t, nil, "snapshot", "rm", ws.SourceBase), protocol.CodeConflict, "snapshot rm of a source base")
+	c.mustCLI(t, "snapshot", "create", "agent1") // so the base is not also the newest receipt
+	expectCLIError(t, c.cli(t, nil, "snapshot", "rm", c.showWorkspace(t, ws.ID).SourceBase), protocol.CodeConflict, "snapshot rm of a source base")
 	c.mustCLI(t, "snapshot", "prune", "agent1", "--keep-last", "1")
 	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", "echo after > late.txt")
 	c.mustCLI(t, "workspace", "close", "agent1")
@@ -379,4 +399,51 @@ func TestWorkspacePullProject(t *testing.T) {
 	}
 	// Again: nothing to move, still delivered.
 	c.mustCLI(t, "workspace", "pull", "task")
+}
+
+// What a workspace writes into a .git — at any depth, in any letter case — never reaches the
+// host as files, nor do names reserved for Tether's temporaries (an agent making one does not
+// block the rest); a host directory that is no repository gets no commits, even when the
+// workspace lays out a bare repository's files at its top with symlinks to another repository.
+func TestWorkspacePullNeverCarriesGitState(t *testing.T) {
+	c := startController(t, serveOpts{})
+	host := filepath.Join(t.TempDir(), "plain")
+	mustWrite(t, filepath.Join(host, "a.txt"), []byte("base\n"), 0o644)
+	victim := filepath.Join(t.TempDir(), "victim")
+	gitIn(t, t.TempDir(), "init", "-q", victim)
+	ws := c.createWorkspace(t, "--name", "agent3", "--source", host)
+	c.mustCLI(t, "exec", ws.ID, "--", "sh", "-c", agentGit+`set -e
+		echo ws > a.txt
+		mkdir -p sub/.git vendor/x/.GIT; echo '[core] fsmonitor = touch /tmp/pwned' > sub/.git/config; echo x > vendor/x/.GIT/config
+		echo 'gitdir: ../evil' > vendor/.git; touch .tether-tmp-blocker
+		g init -q inner; echo 'ref: refs/heads/main' > HEAD; mkdir refs; ln -s `+victim+`/.git/objects objects
+		g -C inner commit -q --allow-empty -m x`)
+	r := c.cli(t, nil, "workspace", "pull", "agent3", "--json")
+	p := parsePull(t, r)
+	if r.Code != 0 || p.actions()["a.txt"] != "apply" {
+		t.Fatalf("pull: exit %d %+v %s", r.Code, p, r.Stderr)
+	}
+	var skipped struct {
+		Skipped struct {
+			Count int      `json:"count"`
+			Paths []string `json:"paths"`
+		} `json:"skipped"`
+	}
+	json.Unmarshal([]byte(r.Stdout), &skipped)
+	if skipped.Skipped.Count < 5 {
+		t.Errorf("skipped: %+v", skipped.Skipped)
+	}
+	for path := range p.actions() {
+		if strings.Contains(strings.ToLower(path), ".git") || strings.Contains(path, ".tether-tmp-") {
+			t.Errorf("the plan carries %s", path)
+		}
+	}
+	for _, path := range []string{"sub/.git", "vendor/x/.GIT", "vendor/.git", ".tether-tmp-blocker", "inner/.git"} {
+		if _, err := os.Lstat(filepath.Join(host, path)); !os.IsNotExist(err) {
+			t.Errorf("%s reached the host: %v", path, err)
+		}
+	}
+	if got := gitIn(t, victim, "for-each-ref"); got != "" {
+		t.Errorf("the other repository got refs: %q", got)
+	}
 }

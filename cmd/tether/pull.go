@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,9 +38,16 @@ type pullReport struct {
 	Conflicts int    `json:"conflicts"`
 	Recovery  string `json:"recovery_dir,omitempty"`
 	// Resolved says how conflicts were settled: "theirs", "ours", or "" (left for the user).
-	Resolved string            `json:"resolved,omitempty"`
-	Items    []hostpull.Item   `json:"items,omitempty"`
-	Git      *hostpull.GitDone `json:"git,omitempty"`
+	Resolved string `json:"resolved,omitempty"`
+	// Late are paths the host changed after the plan looked: left as the host has them.
+	Late []string `json:"late,omitempty"`
+	// Fresh: the workspace was captured for this pull (else Snapshot is its newest receipt).
+	Fresh bool `json:"fresh"`
+	// NewBase: the receipt later pulls compare with, when this pull settled every path.
+	NewBase string            `json:"new_base,omitempty"`
+	Skipped api.Skipped       `json:"skipped"`
+	Items   []hostpull.Item   `json:"items,omitempty"`
+	Git     *hostpull.GitDone `json:"git,omitempty"`
 }
 
 func newWorkspacePullCmd(c *cli) *cobra.Command {
@@ -82,7 +91,7 @@ Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed err
 			if dir == "" {
 				return protocol.Errorf(protocol.CodeUnsupported, "workspace %s has no source directory: it was not created with --source (copy files with tether cp)", ws.Name)
 			}
-			if dir, err = filepath.Abs(dir); err != nil {
+			if dir, err = resolveDir(dir); err != nil {
 				return err
 			}
 			unlock, err := lockDir(dir)
@@ -95,7 +104,8 @@ Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed err
 			if err != nil {
 				return err
 			}
-			rep := pullReport{Workspace: ws.Name, Dir: dir, Base: plan.Base, Snapshot: plan.Snapshot, Changed: len(plan.Changes), DryRun: dryRun}
+			rep := pullReport{Workspace: ws.Name, Dir: dir, Base: plan.Base, Snapshot: plan.Snapshot, Fresh: plan.Fresh,
+				Changed: len(plan.Changes), DryRun: dryRun, Skipped: plan.Skipped}
 			gitMoved := plan.Git != nil && (plan.BaseGit == nil || plan.Git.Head != plan.BaseGit.Head)
 			if rep.Changed == 0 && !gitMoved {
 				// The workspace is its base: nothing on the host is read or written.
@@ -117,31 +127,51 @@ Exit status: 0 applied (or nothing to do), 40 when conflicts remain, a typed err
 			if recovery == "" {
 				recovery = defaultRecoveryDir(ws.Name, plan.Snapshot)
 			}
-			res, err := hostpull.Apply(ctx, root, hp, hostpull.Options{Theirs: theirs, RecoveryDir: recovery,
-				Files: func(ctx context.Context, paths []string) (io.ReadCloser, error) {
-					return cl.SnapshotFiles(ctx, plan.Snapshot, paths)
-				}})
-			if err != nil {
-				return err
-			}
-			rep.Applied, rep.Recovery = res.Applied, res.Recovery
 			switch {
 			case theirs:
 				rep.Resolved = "theirs"
 			case ours:
 				rep.Resolved = "ours"
 			}
+			res, err := hostpull.Apply(ctx, root, hp, hostpull.Options{Theirs: theirs, RecoveryDir: recovery,
+				Files: func(ctx context.Context, paths []string) (io.ReadCloser, error) {
+					return cl.SnapshotFiles(ctx, plan.Snapshot, paths)
+				}})
+			rep.Applied, rep.Recovery, rep.Conflicts, rep.Late = res.Applied, res.Recovery, res.Conflicts, res.LatePaths
+			if err != nil {
+				if res.Applied > 0 || res.Recovery != "" {
+					// Part of it happened: say what, and where the versions not kept went.
+					_ = c.pullDone(rep, asJSON)
+				}
+				return err
+			}
 			if gitMoved {
-				done := hostpull.DeliverGit(ctx, dir, "tether/"+ws.Name, plan.Git.Head, baseHaves(plan),
-					func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
-						return cl.GitPack(ctx, ws.ID, want, haves)
-					})
+				done := hostpull.GitDone{Branch: "tether/" + ws.Name, Head: plan.Git.Head, NoRepository: true,
+					Reason: dir + " is not the top of a Git repository (no .git directory)"}
+				if repo, ok := hostpull.WorktreeRepo(dir); ok {
+					done = hostpull.DeliverGit(ctx, repo, "tether/"+ws.Name, plan.Git.Head, baseHaves(plan),
+						func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
+							return cl.GitPack(ctx, ws.ID, want, haves)
+						})
+				}
 				rep.Git = &done
+			}
+			settled := res.Late == 0 && (hp.Conflicts == 0 || theirs || ours)
+			if src, _ := resolveDir(ws.SourceDir); settled && dir == src && plan.Snapshot != plan.Base {
+				// The source now holds this tree (or its owner's choice per conflict): the next
+				// pull compares with it.
+				if _, err := cl.Pulled(ctx, ws.ID, plan.Base, plan.Snapshot); err != nil {
+					return err
+				}
+				rep.NewBase = plan.Snapshot
 			}
 			if err := c.pullDone(rep, asJSON); err != nil {
 				return err
 			}
-			if rep.Conflicts > 0 && !theirs && !ours || rep.Git != nil && rep.Git.Conflict {
+			switch {
+			case rep.Git != nil && rep.Git.Failed():
+				return protocol.Errorf(protocol.CodeFailed, "the files were applied but the commits were not delivered: %s", rep.Git.Reason)
+			case !settled || rep.Git != nil && rep.Git.Conflict:
 				return exitStatus(pullConflictStatus)
 			}
 			return nil
@@ -168,6 +198,13 @@ func (c *cli) pullDone(rep pullReport, asJSON bool) error {
 	if asJSON {
 		return c.printJSON(rep)
 	}
+	if !rep.Fresh {
+		c.printf("(from receipt %s: the workspace has no runner connected)\n", rep.Snapshot)
+	}
+	if rep.Skipped.Count > 0 {
+		c.printf("not pulled: %d changed paths inside a .git or named like Tether's temporary files (%s)\n",
+			rep.Skipped.Count, strings.Join(rep.Skipped.Paths[:min(3, len(rep.Skipped.Paths))], ", "))
+	}
 	if rep.Changed == 0 && rep.Git == nil {
 		c.printf("%s: nothing changed since its base %s; %s left untouched\n", rep.Workspace, rep.Base, rep.Dir)
 		return nil
@@ -177,7 +214,11 @@ func (c *cli) pullDone(rep pullReport, asJSON bool) error {
 		case hostpull.ActApply:
 			c.printf("%s %s\n", changeLetter(it.PathChange), it.Path)
 		case hostpull.ActConflict:
-			c.printf("C %s: %s%s\n", it.Path, it.Reason, map[string]string{"theirs": " (the workspace's version taken)", "ours": " (the host's version kept)"}[rep.Resolved])
+			how := map[string]string{"theirs": " (the workspace's version taken)", "ours": " (the host's version kept)"}[rep.Resolved]
+			if it.Stuck {
+				how = " (the host holds files in it: kept)"
+			}
+			c.printf("C %s: %s%s\n", it.Path, it.Reason, how)
 		}
 	}
 	verb := "applied"
@@ -189,9 +230,14 @@ func (c *cli) pullDone(rep pullReport, asJSON bool) error {
 		c.printf("; the versions not kept are in %s", rep.Recovery)
 	}
 	c.printf("\n")
+	for _, p := range rep.Late {
+		c.printf("C %s: the host changed it during the pull (kept)\n", p)
+	}
 	if g := rep.Git; g != nil {
 		if g.Delivered {
 			c.printf("commits: %s at %s (git log %s)\n", g.Branch, shortID(g.Head), g.Branch)
+		} else if g.NoRepository {
+			c.printf("commits: none delivered: %s\n", g.Reason)
 		} else {
 			c.printf("commits: not delivered: %s\n", g.Reason)
 		}
@@ -209,6 +255,20 @@ func changeLetter(ch api.PathChange) string {
 		return "T"
 	}
 	return "M"
+}
+
+// resolveDir is dir absolute with its symlinks resolved: the operator's own path to the
+// directory (from here on nothing is followed).
+func resolveDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeNotFound, "%s: %v", dir, err)
+	}
+	return real, nil
 }
 
 // lockDir takes an exclusive lock on dir itself (flock on its descriptor: nothing is created
@@ -237,7 +297,9 @@ func defaultRecoveryDir(ws, snap string) string {
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	return filepath.Join(base, "tether", "pull", ws+"-"+snap+"-"+time.Now().UTC().Format("20060102T150405"))
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return filepath.Join(base, "tether", "pull", fmt.Sprintf("%s-%s-%s-%x", ws, snap, time.Now().UTC().Format("20060102T150405"), b))
 }
 
 var _ io.ReadCloser = (*client.Confirmed)(nil)
@@ -266,7 +328,7 @@ func (c *cli) pullProject(ctx context.Context, cl *client.Client, ws api.Workspa
 		}
 		dir = p.Source
 	}
-	dir, err := filepath.Abs(dir)
+	dir, err := resolveDir(dir)
 	if err != nil {
 		return err
 	}
@@ -283,10 +345,18 @@ func (c *cli) pullProject(ctx context.Context, cl *client.Client, ws api.Workspa
 	if plan.Git == nil || plan.Project == nil {
 		rep.Git = hostpull.GitDone{Reason: "the workspace's repository has no commit"}
 	} else {
-		rep.Git = hostpull.DeliverGit(ctx, dir, plan.Project.Branch, plan.Git.Head, plan.Project.Haves,
-			func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
-				return cl.GitPack(ctx, ws.ID, want, haves)
-			})
+		repo, ok := hostpull.WorktreeRepo(dir)
+		if !ok {
+			repo, ok = hostpull.BareRepo(dir)
+		}
+		if !ok {
+			rep.Git = hostpull.GitDone{Reason: dir + " is no Git repository (neither DIR/.git nor a bare one)"}
+		} else {
+			rep.Git = hostpull.DeliverGit(ctx, repo, plan.Project.Branch, plan.Git.Head, plan.Project.Haves,
+				func(ctx context.Context, want string, haves []string) (io.ReadCloser, error) {
+					return cl.GitPack(ctx, ws.ID, want, haves)
+				})
+		}
 	}
 	if in, err := cl.InspectWorkspace(ctx, ws.ID); err == nil {
 		rep.Delivery = in.Delivery

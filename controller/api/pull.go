@@ -55,6 +55,15 @@ type PullPlan struct {
 	// behind (staged, unstaged and untracked paths).
 	Project     *PullProject `json:"project,omitempty"`
 	Uncommitted int          `json:"uncommitted,omitempty"`
+	// Skipped are changed paths a pull never carries: inside a .git (at any depth), or named
+	// like Tether's temporary files.
+	Skipped Skipped `json:"skipped"`
+}
+
+// Skipped counts paths left out, naming the first ones.
+type Skipped struct {
+	Count int      `json:"count"`
+	Paths []string `json:"paths,omitempty"`
 }
 
 // PullProject is where a project workspace's branch goes.
@@ -75,3 +84,23 @@ type FilesRequest struct {
 
 // MaxFilesRequest bounds the paths of one FilesRequest.
 const MaxFilesRequest = 100_000
+
+// IsObjectID says s is a full Git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+func IsObjectID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// PulledRequest is the body of POST /v1/workspaces/{id}/pulled: a pull from Base brought
+// Snapshot back whole into the source directory, so Snapshot is the base from now on.
+type PulledRequest struct {
+	Base     string `json:"base"`
+	Snapshot string `json:"snapshot"`
+}

@@ -27,6 +27,13 @@ func (c *Client) Pull(ctx context.Context, id string, req api.PullRequest) (api.
 	return plan, err
 }
 
+// Pulled tells the controller a pull from base brought snapshot back whole: it is the base now.
+func (c *Client) Pulled(ctx context.Context, id, base, snapshot string) (api.Workspace, error) {
+	var ws api.Workspace
+	err := c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/pulled", api.PulledRequest{Base: base, Snapshot: snapshot}, &ws)
+	return ws, err
+}
+
 // SnapshotFiles streams the named regular files of snapshot snapID as a tar. The caller closes
 // it.
 func (c *Client) SnapshotFiles(ctx context.Context, snapID string, paths []string) (*Confirmed, error) {

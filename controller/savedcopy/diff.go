@@ -7,24 +7,60 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
+	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/snapshot"
 )
 
 // GitDir is the repository directory a pull never treats as files: what is under it is Git's
-// own state, which reaches a host as a pack that host Git checks, not as bytes written into
-// the host's repository.
+// own state (config, hooks, a gitdir pointer), which host Git would obey. A repository's history
+// reaches a host as a pack that host Git checks, never as bytes written into a .git.
 const GitDir = ".git"
 
-// underGit says p is .git or inside it.
-func underGit(p string) bool {
-	return p == GitDir || strings.HasPrefix(p, GitDir+"/")
+// NotPulled says why a pull leaves path p out, or "" when it may carry it: a .git at any depth
+// and in any letter case (a nested repository or a submodule's pointer is as much Git's state
+// as the top one), and the guard's reserved temporary names (a host guard refuses to write
+// them; an agent making one must not block the rest of its work).
+func NotPulled(p string) string {
+	for _, c := range strings.Split(p, "/") {
+		switch {
+		case strings.EqualFold(c, GitDir):
+			return "Git's own state (a .git) never travels as files"
+		case strings.HasPrefix(c, fsguard.TempPrefix):
+			return "a name reserved for Tether's temporary files"
+		}
+	}
+	return ""
 }
+
+// underGit says p is a path a pull never carries.
+func underGit(p string) bool { return NotPulled(p) != "" }
 
 // Diff lists the paths whose entry differs between base and now, read from their resolved
 // manifests side by side (both are in tree order, so it holds one entry of each at a time),
 // leaving out .git. An entry differs in type, permission bits, content (size, digest, sparse)
 // or link target; modification times do not count: a rewrite of the same bytes is no change.
 func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, error) {
+	changes, _, err := a.DiffSkipping(ctx, base, now)
+	return changes, err
+}
+
+// maxSkipped bounds the paths DiffSkipping names (it counts them all).
+const maxSkipped = 100
+
+// DiffSkipping is Diff, also naming (up to maxSkipped) and counting the changed paths it left
+// out (NotPulled).
+func (a Archives) DiffSkipping(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, api.Skipped, error) {
+	var skipped api.Skipped
+	changes, err := a.diff(ctx, base, now, func(p string) {
+		skipped.Count++
+		if len(skipped.Paths) < maxSkipped {
+			skipped.Paths = append(skipped.Paths, p)
+		}
+	})
+	return changes, skipped, err
+}
+
+func (a Archives) diff(ctx context.Context, base, now api.Snapshot, skip func(string)) ([]api.PathChange, error) {
 	br, err := a.OpenResolved(ctx, base)
 	if err != nil {
 		return nil, err
@@ -44,9 +80,7 @@ func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathC
 			if err != nil {
 				return nil, err
 			}
-			if !underGit(e.Path) {
-				return &e.Entry, nil
-			}
+			return &e.Entry, nil
 		}
 	}
 	b, err := next(br)
@@ -58,6 +92,13 @@ func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathC
 		return nil, err
 	}
 	changes := []api.PathChange{}
+	add := func(c api.PathChange) {
+		if underGit(c.Path) {
+			skip(c.Path)
+			return
+		}
+		changes = append(changes, c)
+	}
 	for b != nil || n != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -73,18 +114,18 @@ func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathC
 		}
 		switch {
 		case c < 0: // only in base: the workspace removed it
-			changes = append(changes, api.PathChange{Path: b.Path, Base: State(b)})
+			add(api.PathChange{Path: b.Path, Base: State(b)})
 			if b, err = next(br); err != nil {
 				return nil, err
 			}
 		case c > 0: // only now: the workspace added it
-			changes = append(changes, api.PathChange{Path: n.Path, Workspace: State(n)})
+			add(api.PathChange{Path: n.Path, Workspace: State(n)})
 			if n, err = next(nr); err != nil {
 				return nil, err
 			}
 		default:
 			if bs, ns := State(b), State(n); bs != ns {
-				changes = append(changes, api.PathChange{Path: n.Path, Base: bs, Workspace: ns})
+				add(api.PathChange{Path: n.Path, Base: bs, Workspace: ns})
 			}
 			if b, err = next(br); err != nil {
 				return nil, err

@@ -97,6 +97,9 @@ type Workspaces interface {
 	// SetWorkspaceSource records the host directory a workspace was made from and the receipt
 	// of what it received (the base of workspace pull). Set once: CodeConflict after that.
 	SetWorkspaceSource(ctx context.Context, id, dir, baseSnapshot string) error
+	// AdvanceSourceBase moves the base from one receipt to another (a pull that brought
+	// everything back), only while it is still from: CodeConflict otherwise.
+	AdvanceSourceBase(ctx context.Context, id, from, to string) error
 }
 
 // Events is a workspace's history: the transitions Workspaces records, and what else happened

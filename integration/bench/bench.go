@@ -64,7 +64,7 @@ func (b *bench) all(ctx context.Context) error {
 	steps := []step{{"starts", b.starts, false}, {"execs", b.execs, false}, {"isolation", b.isolationCost, false},
 		{"throughput", b.throughputs, false}, {"runs", b.runs, false}, {"rss", b.peakRSS, false}, {"files", b.files, false},
 		{"snapshot", b.snapshots, b.cfg.noSnap}, {"dockerprovider", b.dockerProvider, b.cfg.noDProv},
-		{"cp", b.cpTrees, false},
+		{"cp", b.cpTrees, false}, {"pull", b.pullBack, b.cfg.noSnap},
 		{"project", b.projects, b.cfg.noProj}, {"cluster", b.cluster, b.cfg.noClust}, {"reach", b.reach, b.cfg.noReach}}
 	for _, st := range steps {
 		if st.skip || (b.cfg.only != nil && !b.cfg.only[st.name]) {

@@ -70,7 +70,7 @@ func main() {
 	flag.Int64Var(&clusterMiB, "cluster-file-mib", 64, "MiB of the file the cluster rows get")
 	flag.IntVar(&cfg.failovers, "failovers", 5, "times the cluster rows kill the runner's owner (the median is reported)")
 	var only string
-	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, cp, project, cluster, reach); all when empty")
+	flag.StringVar(&only, "only", "", "comma-separated steps to run (starts, execs, isolation, throughput, runs, rss, files, snapshot, dockerprovider, cp, pull, project, cluster, reach); all when empty")
 	flag.BoolVar(&cfg.asJSON, "json", false, "print the results as JSON instead of a Markdown table")
 	flag.BoolVar(&cfg.noDocker, "no-docker", false, "skip the Docker references (reported as n/a)")
 	flag.Parse()

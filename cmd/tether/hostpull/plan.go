@@ -33,6 +33,9 @@ type Item struct {
 	Host   api.PathState `json:"host"`
 	Action string        `json:"action"`
 	Reason string        `json:"reason,omitempty"`
+	// Stuck: a conflict --theirs cannot take either, because the host holds files in a
+	// directory the workspace's version would replace; it stays the host's.
+	Stuck bool `json:"stuck,omitempty"`
 }
 
 // Plan is a pull's decisions, in tree order.
@@ -123,25 +126,34 @@ func MakePlan(root *fsguard.Root, changes []api.PathChange) (*Plan, error) {
 		if it.Action == ActApply && c.Base.Type != "" && c.Workspace.Type != c.Base.Type {
 			removed[c.Path] = true
 		}
+
 		p.Items = append(p.Items, it)
 	}
 	if len(refused) > 0 {
 		return nil, &Refused{Paths: refused}
 	}
-	// A directory the workspace removed goes only if the host holds nothing else in it.
-	for i := range p.Items {
+	// A directory the workspace removed (or made something else) goes only if the host holds
+	// nothing else in it: deepest first, so a subdirectory kept keeps its parents.
+	for i := len(p.Items) - 1; i >= 0; i-- {
 		it := &p.Items[i]
-		if it.Action != ActApply || it.Base.Type != snapshot.TypeDir || it.Workspace.Type == snapshot.TypeDir {
+		if it.Host.Type != snapshot.TypeDir || it.Workspace.Type == snapshot.TypeDir {
+			continue
+		}
+		if it.Action != ActApply && it.Action != ActConflict {
 			continue
 		}
 		extra, err := v.extraChildren(it.Path, removed)
 		if err != nil {
 			return nil, err
 		}
-		if extra != "" {
-			it.Action, it.Reason = ActConflict, "the host holds "+extra+" in the directory the workspace removed"
-			delete(removed, it.Path)
+		if extra == "" {
+			continue
 		}
+		if it.Action == ActApply {
+			it.Action, it.Reason = ActConflict, "the host holds "+extra+" in the directory the workspace removed"
+		}
+		it.Stuck = true
+		delete(removed, it.Path)
 	}
 	for _, it := range p.Items {
 		switch it.Action {
@@ -222,8 +234,20 @@ func (v *hostView) parents(p string, created map[string]bool) (bad, missing stri
 	return "", "", false, nil
 }
 
-// state is what the host holds at p, compared the way the plan compares entries.
+// state is what the host holds at p, compared the way the plan compares entries: a file is
+// hashed as the side it may equal was (a sparse entry's digest skips zero blocks).
 func (v *hostView) state(p string, c api.PathChange) (api.PathState, error) {
+	return v.stateHashing(p, func(size int64) bool {
+		return c.Base.Sparse && c.Base.Size == size || c.Workspace.Sparse && c.Workspace.Size == size
+	})
+}
+
+// stateAs is what the host holds at p, hashed as want is.
+func (v *hostView) stateAs(p string, want api.PathState) (api.PathState, error) {
+	return v.stateHashing(p, func(size int64) bool { return want.Sparse && want.Size == size })
+}
+
+func (v *hostView) stateHashing(p string, sparseAt func(size int64) bool) (api.PathState, error) {
 	fi, err := v.root.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return api.PathState{}, nil
@@ -237,7 +261,7 @@ func (v *hostView) state(p string, c api.PathChange) (api.PathState, error) {
 		s.Size = fi.Size()
 		// Hashed the way the side it is compared with was: a sparse entry's digest skips
 		// zero blocks.
-		sparse := c.Base.Sparse && c.Base.Size == s.Size || c.Workspace.Sparse && c.Workspace.Size == s.Size
+		sparse := sparseAt(s.Size)
 		if s.SHA256, err = v.digest(p, s.Size, sparse); err != nil {
 			return s, err
 		}
@@ -308,9 +332,9 @@ func typeOf(fi fs.FileInfo) string {
 // and free of the guard's reserved names: the host guard would refuse most of these anyway, but
 // a plan naming one is not a plan to act on.
 func checkName(p string) error {
-	bad := p == "" || p == "." || strings.HasPrefix(p, "/") || path.Clean(p) != p || p == ".git" || strings.HasPrefix(p, ".git/")
+	bad := p == "" || p == "." || strings.HasPrefix(p, "/") || path.Clean(p) != p
 	for _, c := range strings.Split(p, "/") {
-		bad = bad || c == ".." || strings.HasPrefix(c, fsguard.TempPrefix)
+		bad = bad || c == ".." || strings.HasPrefix(c, fsguard.TempPrefix) || strings.EqualFold(c, ".git")
 	}
 	if bad {
 		return protocol.Errorf(protocol.CodeCorrupt, "the pull's plan names %q: not a path a pull writes", p)

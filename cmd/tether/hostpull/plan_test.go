@@ -160,9 +160,9 @@ func TestApplyLeavesLateHostEditsAndFailedTransfers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d, "b"), []byte("late host edit"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Apply(context.Background(), root, p, Options{Files: serve(map[string]string{"a": "ws-a", "b": "ws-b"})})
-	if err == nil || !strings.Contains(err.Error(), "the host changed it during the pull") {
-		t.Fatalf("a late host edit: %v", err)
+	res, err := Apply(context.Background(), root, p, Options{Files: serve(map[string]string{"a": "ws-a", "b": "ws-b"})})
+	if err != nil || res.Late != 1 || res.Conflicts != 1 || len(res.LatePaths) != 1 || res.LatePaths[0] != "b" || res.Applied != 1 {
+		t.Fatalf("a late host edit: %+v %v", res, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(d, "b")); string(b) != "late host edit" {
 		t.Errorf("the late edit was overwritten: %q", b)
@@ -201,5 +201,68 @@ func TestPlanConflictedDirectoryHoldsItsChildren(t *testing.T) {
 	}
 	if p.Conflicts != 3 {
 		t.Errorf("plan %+v", p)
+	}
+}
+
+// Removals and type changes are compare-and-swap too: a host file edited, or a symlink
+// repointed, after the plan looked is put back as it was and reported, never deleted.
+func TestApplyRemovalsLeaveLateHostChanges(t *testing.T) {
+	d, root := host(t, map[string]string{"f": "base", "g": "base"})
+	if err := os.Symlink("old-target", filepath.Join(d, "l")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := MakePlan(root, []api.PathChange{
+		{Path: "f", Base: file("base", 0o644)},
+		{Path: "g", Base: file("base", 0o644), Workspace: api.PathState{Type: "symlink", LinkTarget: "f"}},
+		{Path: "l", Base: api.PathState{Type: "symlink", LinkTarget: "old-target"}, Workspace: api.PathState{Type: "symlink", LinkTarget: "new-target"}},
+	})
+	if err != nil || p.Apply != 3 {
+		t.Fatalf("plan %+v %v", p, err)
+	}
+	os.WriteFile(filepath.Join(d, "f"), []byte("saved by the editor"), 0o644)
+	os.WriteFile(filepath.Join(d, "g"), []byte("saved by the editor"), 0o644)
+	os.Remove(filepath.Join(d, "l"))
+	os.Symlink("host-target", filepath.Join(d, "l"))
+	res, err := Apply(context.Background(), root, p, Options{Files: serve(nil)})
+	if err != nil || res.Late != 3 || res.Applied != 0 {
+		t.Fatalf("late changes: %+v %v", res, err)
+	}
+	want := strings.Join([]string{`f -rw-r--r-- "saved by the editor"`, `g -rw-r--r-- "saved by the editor"`, `l Lrwxrwxrwx ""`}, "\n")
+	if got := listing(t, d); got != want {
+		t.Errorf("host:\n%s\nwant:\n%s", got, want)
+	}
+	if target, _ := os.Readlink(filepath.Join(d, "l")); target != "host-target" {
+		t.Errorf("l points at %q", target)
+	}
+}
+
+// A removed directory whose removed subdirectory still holds a host file is a conflict all the
+// way up, and --theirs cannot take it: the pull finishes instead of failing on "not empty".
+func TestApplyRemovedTreeHoldingHostFiles(t *testing.T) {
+	for _, theirs := range []bool{false, true} {
+		d, root := host(t, map[string]string{"d/sub/a": "base", "d/sub/hostnew": "mine", "x/hostfile": "mine"})
+		p, err := MakePlan(root, []api.PathChange{
+			{Path: "d", Base: dir(0o755)},
+			{Path: "d/sub", Base: dir(0o755)},
+			{Path: "d/sub/a", Base: file("base", 0o644)},
+			{Path: "x", Base: dir(0o755), Workspace: file("ws", 0o644)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range p.Items {
+			if it.Path != "d/sub/a" && (it.Action != ActConflict || !it.Stuck) {
+				t.Errorf("theirs=%v: %s: %s stuck=%v", theirs, it.Path, it.Action, it.Stuck)
+			}
+		}
+		res, err := Apply(context.Background(), root, p, Options{Theirs: theirs, RecoveryDir: filepath.Join(t.TempDir(), "rec"), Files: serve(map[string]string{"x": "ws"})})
+		if err != nil || res.Applied != 1 {
+			t.Fatalf("theirs=%v: %+v %v", theirs, res, err)
+		}
+		for _, f := range []string{"d/sub/hostnew", "x/hostfile"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err != nil || string(b) != "mine" {
+				t.Errorf("theirs=%v: %s: %q %v", theirs, f, b, err)
+			}
+		}
 	}
 }

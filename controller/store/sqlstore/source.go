@@ -31,3 +31,18 @@ func (s *DB) SetWorkspaceSource(ctx context.Context, id, dir, baseSnapshot strin
 	}
 	return nil
 }
+
+// AdvanceSourceBase moves a workspace's base receipt, compare-and-set.
+func (s *DB) AdvanceSourceBase(ctx context.Context, id, from, to string) error {
+	res, err := s.exec(ctx, s.d.q(`UPDATE workspaces SET source_base = ? WHERE id = ? AND source_base = ?`), to, id, from)
+	if err := affected(res, err, "workspace", id); err != nil {
+		if protocol.CodeOf(err) != protocol.CodeNotFound {
+			return err
+		}
+		if _, gerr := s.GetWorkspace(ctx, id); gerr == nil {
+			return protocol.Errorf(protocol.CodeConflict, "workspace %s's base is no longer %s (another pull moved it)", id, from)
+		}
+		return err
+	}
+	return nil
+}

@@ -27,4 +27,13 @@ func testWorkspaceSource(t *testing.T, s store.Store) {
 		t.Fatalf("a refused second source changed the record: %+v", got)
 	}
 	wantCode(t, "source of a missing workspace", s.SetWorkspaceSource(ctx, "ws-missing", "/x", "s"), protocol.CodeNotFound)
+
+	if err := s.AdvanceSourceBase(ctx, w.ID, "snap-base", "snap-pulled"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "advance from a base that moved", s.AdvanceSourceBase(ctx, w.ID, "snap-base", "snap-other"), protocol.CodeConflict)
+	if got, _ := s.GetWorkspace(ctx, w.ID); got.SourceBase != "snap-pulled" || got.SourceDir != "/home/me/repo" {
+		t.Fatalf("after advancing: %+v", got)
+	}
+	wantCode(t, "advance of a missing workspace", s.AdvanceSourceBase(ctx, "ws-missing", "a", "b"), protocol.CodeNotFound)
 }
