@@ -87,8 +87,8 @@ func (b *bench) pullBack(ctx context.Context) error {
 	}
 	b.rep.add(result{Metric: fmt.Sprintf("bring back a %d MiB workspace with 1 %% of its files changed (%d files)", b.cfg.treeSize>>20, changedFiles),
 		Unit: unitMS, Tether: val(median(pulls)), N: len(pulls),
-		TetherTool:    "`tether workspace pull WS` (incremental capture, three-way plan, changed files fetched from the receipt and published through the host guard, fsynced)",
-		Reference:     val(median(rsyncs)), RefN: len(rsyncs),
+		TetherTool: "`tether workspace pull WS` (incremental capture, three-way plan, changed files fetched from the receipt and published through the host guard, fsynced)",
+		Reference:  val(median(rsyncs)), RefN: len(rsyncs),
 		ReferenceTool: "`rsync -a WSROOT/ COPY/ && sync -f COPY` onto a copy of the host directory (local provider)"})
 	b.rep.note("pull row: the tree is %s; each round appends a line to every 100th file in the workspace, then pulls and rsyncs.", ti)
 	return nil
