@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
+	"golang.org/x/sys/unix"
 )
 
 // Resumable uploads stage their bytes in the runner's private state directory (StateDir/uploads,
@@ -330,9 +331,11 @@ func (u *upload) copyChunk(ctx context.Context, body io.Reader, n int64) (int64,
 	}
 }
 
-// publishUpload copies the staged bytes beside the target and renames them into place. The
-// bytes were hashed as they arrived, and nobody else writes the staged file, so the copy is
-// not hashed again: the digest reported is the one already checked.
+// publishUpload moves the staged file into place by one rename when the state directory and
+// the workspace share a filesystem (fsguard.Adopt); else it copies the staged bytes beside the
+// target and renames them into place. The bytes were hashed as they arrived, and nobody else
+// writes the staged file, so they are not hashed again: the digest reported is the one already
+// checked.
 func (r *Runner) publishUpload(ctx context.Context, u *upload, sum string) (protocol.FsWriteResult, error) {
 	mode := fs.FileMode(u.desc.Mode)
 	if mode == 0 {
@@ -340,6 +343,20 @@ func (r *Runner) publishUpload(ctx context.Context, u *upload, sum string) (prot
 	}
 	var out protocol.FsWriteResult
 	err := r.onRootPath(u.desc.Path, func(root *fsguard.Root, clean string) error {
+		if err := u.f.Chmod(mode); err != nil {
+			return fmt.Errorf("chmod staged upload: %w", err)
+		}
+		if err := u.f.Sync(); err != nil {
+			return fmt.Errorf("sync staged upload: %w", err)
+		}
+		err := root.Adopt(u.f.Name(), clean, u.desc.Replace)
+		if err == nil {
+			out = protocol.FsWriteResult{Path: clean, Bytes: u.desc.Size, SHA256: sum}
+			return nil
+		}
+		if !errors.Is(err, unix.EXDEV) {
+			return err
+		}
 		src := io.NewSectionReader(u.f, 0, u.desc.Size)
 		res, err := root.WriteFile(ctx, clean, src, mode, fsguard.WriteOptions{Replace: u.desc.Replace, Hash: knownDigest(sum),
 			Verify: func(res fsguard.WriteResult) error {

@@ -1,6 +1,7 @@
 package fsguard
 
 import (
+	"fmt"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -40,5 +41,52 @@ func (r *Root) Publish(from, to string, opts PublishOptions) error {
 			}
 			return mapErrno("rename", tclean, err)
 		})
+	})
+}
+
+// Adopt moves the finished file at from — an absolute path outside the root that only the
+// caller writes (a runner's private state), already synced — to rel by one rename: where
+// nothing is, or with replace over a regular file (never a directory or a symlink). Across
+// filesystems it fails with an error wrapping unix.EXDEV, and the caller copies instead.
+func (r *Root) Adopt(from, rel string, replace bool) error {
+	return r.withParent(rel, func(pfd int, name, clean string) error {
+		if strings.HasPrefix(name, TempPrefix) {
+			return newError(CodeInvalidArgument, clean, "name is reserved for temporary files", nil)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			switch {
+			case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+				return newError(CodeExists, clean, "a directory exists at the destination", nil)
+			case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+				return newError(CodeSymlinkRefused, clean, "destination is a symlink", unix.ELOOP)
+			case !replace:
+				return newError(CodeExists, clean, "destination exists", unix.EEXIST)
+			}
+		}
+		var err error
+		if replace {
+			err = unix.Renameat(unix.AT_FDCWD, from, pfd, name)
+		} else {
+			err = renameNoReplace(unix.AT_FDCWD, from, pfd, name)
+		}
+		switch err {
+		case nil:
+		case unix.EXDEV:
+			return fmt.Errorf("adopt %s: %w", clean, err)
+		case unix.EISDIR, unix.ENOTEMPTY, unix.EEXIST:
+			return newError(CodeExists, clean, "destination exists", err)
+		default:
+			return mapErrno("rename", clean, err)
+		}
+		dfd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return mapErrno("open parent", clean, err)
+		}
+		defer unix.Close(dfd)
+		if err := unix.Fsync(dfd); err != nil {
+			return fmt.Errorf("fsync directory of %s: %w", clean, err)
+		}
+		return nil
 	})
 }
