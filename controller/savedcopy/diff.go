@@ -72,16 +72,14 @@ func (a Archives) diff(ctx context.Context, base, now api.Snapshot, skip func(st
 	}
 	defer nr.Close()
 	next := func(rr *ResolvedReader) (*snapshot.Entry, error) {
-		for {
-			e, err := rr.Next()
-			if err == io.EOF {
-				return nil, nil
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &e.Entry, nil
+		e, err := rr.Next()
+		if err == io.EOF {
+			return nil, nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		return &e.Entry, nil
 	}
 	b, err := next(br)
 	if err != nil {
