@@ -48,10 +48,13 @@ func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathC
 const maxSkipped = 100
 
 // DiffSkipping is Diff, also naming (up to maxSkipped) and counting the changed paths it left
-// out (NotPulled).
+// out (NotPulled) other than the top .git's own.
 func (a Archives) DiffSkipping(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, api.Skipped, error) {
 	var skipped api.Skipped
 	changes, err := a.diff(ctx, base, now, func(p string) {
+		if p == GitDir || strings.HasPrefix(p, GitDir+"/") {
+			return // the repository itself: its commits travel as a pack, not a loss to report
+		}
 		skipped.Count++
 		if len(skipped.Paths) < maxSkipped {
 			skipped.Paths = append(skipped.Paths, p)
