@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 )
@@ -112,6 +113,52 @@ func (b *bench) cpTrees(ctx context.Context) error {
 		})
 		return median(refOut.mibps), err
 	})
+	// kubectl cp is `tar cf - | kubectl exec -i POD -- tar xf -` (and the reverse): the same
+	// with docker exec into the reference container.
+	var tarIn, tarOut rates
+	firstTar := ""
+	sh := func(script string, args ...string) error {
+		cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", script, "sh"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v: %s", script, err, out)
+		}
+		return nil
+	}
+	tarInRef, tarInNote := b.ref("tar | docker exec -i tar -x, kubectl cp's way in", true, func() (float64, error) {
+		progress("cp: %d × `tar -c DIR | docker exec -i %s tar -x`", n, b.ctr)
+		tarIn, err = timedRounds(ctx, n, want, func() (time.Duration, error) {
+			name := fresh("tar")
+			if firstTar == "" {
+				firstTar = name
+			}
+			return timed(func() error {
+				// The reference image's busybox has the applets but links only a few.
+				return sh(`tar -C "$4" -cf - . | "$1" exec -i "$2" sh -c 'mkdir -p "/$0" && tar -xf - -C "/$0"' "$3"`, b.d.cli, b.ctr, name, src)
+			})
+		})
+		return median(tarIn.mibps), err
+	})
+	tarOutRef, tarOutNote := b.ref("docker exec tar -c | tar -x, kubectl cp's way out", true, func() (float64, error) {
+		if firstTar == "" {
+			return 0, fmt.Errorf("no copy in the container to copy out")
+		}
+		progress("cp: %d × `docker exec %s tar -c | tar -x`", n, b.ctr)
+		tarOut, err = timedRounds(ctx, n, want, func() (time.Duration, error) {
+			dst := filepath.Join(dir, fresh("tarout"))
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return 0, err
+			}
+			took, err := timed(func() error {
+				return sh(`"$1" exec "$2" sh -c 'tar -C "/$0" -cf - .' "$3" | tar -xf - -C "$4"`, b.d.cli, b.ctr, firstTar, dst)
+			})
+			if err == nil {
+				err = checkOut(dst)
+			}
+			os.RemoveAll(dst)
+			return took, err
+		})
+		return median(tarOut.mibps), err
+	})
 	mib := b.cfg.cpSize >> 20
 	for _, row := range []struct {
 		op, tool, refTool string
@@ -123,6 +170,10 @@ func (b *bench) cpTrees(ctx context.Context) error {
 			"`docker cp DIR CONTAINER:/PATH`, plain container (" + benchImage + ")", in, refIn, inRef, inNote},
 		{"out of", "`tether cp WS:PATH DIR` (runner's tar relayed and checked by the controller, extracted through the host-side guard, published whole)",
 			"`docker cp CONTAINER:/PATH DIR`, same container", out, refOut, outRef, outNote},
+		{"into", "`tether cp DIR WS:PATH`", "`tar -c DIR | docker exec -i CONTAINER tar -x -C /PATH` (what kubectl cp does), same container",
+			in, tarIn, tarInRef, tarInNote},
+		{"out of", "`tether cp WS:PATH DIR`", "`docker exec CONTAINER tar -c -C /PATH . | tar -x -C DIR` (kubectl cp's way out), same container",
+			out, tarOut, tarOutRef, tarOutNote},
 	} {
 		b.rep.add(result{Metric: fmt.Sprintf("cp of a %d MiB source-like directory %s a Docker workspace, %s", mib, row.op, row.t.label()),
 			Unit: unitMiBps, Tether: val(median(row.t.mibps)), TetherTool: row.tool, N: len(row.t.mibps),
