@@ -128,7 +128,7 @@ func (s *Server) pullPlan(ctx context.Context, idOrName string, req api.PullRequ
 		}
 	}
 	plan.Snapshot, plan.Git = now.ID, gitHead(now)
-	if plan.Changes, plan.Skipped, err = s.archives.DiffSkipping(ctx, base, now); err != nil {
+	if plan.Changes, plan.Skipped, err = s.archives.Diff(ctx, base, now); err != nil {
 		return plan, err
 	}
 	return plan, nil
@@ -252,31 +252,20 @@ func (s *Server) handleGitPack(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	args := protocol.GitPackArgs{Want: q.Get("want"), Haves: q["have"]}
-	st, err := c.Open(protocol.OpGitPack, "", 0, args)
+	lim := s.cfg.Runners
+	var info protocol.GitPackInfo
+	st, done, err := c.OpenAnswered(r.Context(), protocol.OpGitPack, args, lim.Idle, &info)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer st.Close()
-	stop := context.AfterFunc(r.Context(), func() { st.Close() })
-	defer stop()
-	lim := s.cfg.Runners
+	defer done()
 	fromRunner := hub.IdleReader{St: st, Idle: lim.Idle}
-	var reply protocol.Trailer
-	if err := protocol.ReadJSON(fromRunner, &reply); err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err))
-		return
-	}
-	var info protocol.GitPackInfo
-	if err := hub.DecodeResult(reply, &info); err != nil {
-		writeError(w, err)
-		return
-	}
 	w.Header().Set("Content-Type", "application/x-git-packfile")
 	w.Header().Set("Trailer", HeaderEntries)
 	w.WriteHeader(http.StatusOK)
 	body := protocol.NewBodyReader(fromRunner)
-	n, err := copyBounded(w, body, lim.MaxSnapshotBytes)
+	n, err := io.Copy(w, hub.NewCapReader(body, lim.MaxSnapshotBytes, "the runner's git pack"))
 	var res protocol.GitPackResult
 	if err == nil {
 		var done protocol.Trailer
@@ -293,13 +282,4 @@ func (s *Server) handleGitPack(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	w.Header().Set(HeaderEntries, strconv.Itoa(res.Objects))
-}
-
-// copyBounded copies src to dst, refusing more than limit bytes (too_large).
-func copyBounded(dst io.Writer, src io.Reader, limit int64) (int64, error) {
-	n, err := io.Copy(dst, io.LimitReader(src, limit+1))
-	if err == nil && n > limit {
-		err = protocol.Errorf(protocol.CodeTooLarge, "more than %d bytes", limit)
-	}
-	return n, err
 }

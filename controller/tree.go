@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"net/http"
 	"path"
 	"strconv"
@@ -57,26 +56,15 @@ func (s *Server) handleTreeExport(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	st, err := c.Open(protocol.OpTreeExport, "", 0, args)
+	lim := s.cfg.Runners
+	var fi protocol.FileInfo
+	st, done, err := c.OpenAnswered(r.Context(), protocol.OpTreeExport, args, lim.Idle, &fi)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer st.Close()
-	stop := context.AfterFunc(r.Context(), func() { st.Close() })
-	defer stop()
-	lim := s.cfg.Runners
+	defer done()
 	fromRunner := hub.IdleReader{St: st, Idle: lim.Idle}
-	var reply protocol.Trailer
-	if err := protocol.ReadJSON(fromRunner, &reply); err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err))
-		return
-	}
-	var fi protocol.FileInfo
-	if err := hub.DecodeResult(reply, &fi); err != nil {
-		writeError(w, err)
-		return
-	}
 	h := w.Header()
 	h.Set("Content-Type", "application/x-tar")
 	h.Set(HeaderType, fi.Type)

@@ -3,14 +3,12 @@ package controller
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/watch"
@@ -61,25 +59,15 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	st, err := c.Open(protocol.OpFsWatch, "", 0, args)
+	var started protocol.FsWatchStarted
+	st, done, err := c.OpenAnswered(ctx, protocol.OpFsWatch, args, s.cfg.Runners.Idle, &started)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer st.Close()
-	defer context.AfterFunc(ctx, func() { st.Close() })()
+	defer done()
 	// A recursive watch of a large tree takes a while to set up; after that, a quiet
 	// directory is no reason to end the stream.
-	var reply protocol.Trailer
-	if err := protocol.ReadJSON(hub.IdleReader{St: st, Idle: s.cfg.Runners.Idle}, &reply); err != nil {
-		writeError(w, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err))
-		return
-	}
-	var started protocol.FsWatchStarted
-	if err := hub.DecodeResult(reply, &started); err != nil {
-		writeError(w, err)
-		return
-	}
 	_ = st.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", ContentTypeNDJSON)

@@ -127,3 +127,25 @@ func (c *Conn) CallWithBody(ctx context.Context, op string, epoch uint64, args a
 		}
 	}
 }
+
+// OpenAnswered opens a streaming op and reads the runner's first answer into first: its typed
+// error as the error, no answer within idle as unavailable. The stream is closed when ctx ends
+// or when the caller calls done; what follows the answer (a body, a final trailer) is the
+// caller's to read.
+func (c *Conn) OpenAnswered(ctx context.Context, op string, args any, idle time.Duration, first any) (st *yamux.Stream, done func(), err error) {
+	if st, err = c.Open(op, "", 0, args); err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	done = func() { stop(); st.Close() }
+	var reply protocol.Trailer
+	if err := protocol.ReadJSON(IdleReader{St: st, Idle: idle}, &reply); err != nil {
+		done()
+		return nil, nil, protocol.Errorf(protocol.CodeUnavailable, "no answer from the runner: %v", err)
+	}
+	if err := DecodeResult(reply, first); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return st, done, nil
+}

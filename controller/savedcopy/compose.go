@@ -69,15 +69,8 @@ func (a Archives) compose(ctx context.Context, snap api.Snapshot, w io.Writer) e
 		return err
 	}
 	defer rr.Close()
-	layers := append([]Layer{{Key: snap.ObjectKey, Bytes: snap.Bytes, SHA256: snap.SHA256, Encrypted: snap.Encrypted}}, rr.Header.Layers...)
-	open := make([]*layerState, len(layers))
-	defer func() {
-		for _, l := range open {
-			if l != nil {
-				l.close()
-			}
-		}
-	}()
+	layers := a.newLayerSet(snap, rr)
+	defer layers.close()
 	c, err := snapshot.NewComposer(ctx, w)
 	if err != nil {
 		return err
@@ -102,16 +95,12 @@ func (a Archives) compose(ctx context.Context, snap api.Snapshot, w io.Writer) e
 			jsonSize++
 		}
 		var scanned *layerState
-		data := func() (io.Reader, error) {
-			if open[e.Layer] == nil {
-				if open[e.Layer], err = a.openLayer(ctx, snap, layers[e.Layer]); err != nil {
-					return nil, err
-				}
-			}
-			return open[e.Layer].tr.File(&e.Entry)
-		}
+		data := func() (io.Reader, error) { return layers.file(ctx, &e) }
 		scan := func() (io.Reader, error) {
-			if scanned, err = a.openLayer(ctx, snap, layers[e.Layer]); err != nil {
+			if e.Layer < 0 || e.Layer >= len(layers.layers) {
+				return nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %s names layer %d", snap.ID, e.Path, e.Layer)
+			}
+			if scanned, err = a.openLayer(ctx, snap, layers.layers[e.Layer]); err != nil {
 				return nil, err
 			}
 			return scanned.tr.File(&e.Entry)
@@ -126,14 +115,9 @@ func (a Archives) compose(ctx context.Context, snap api.Snapshot, w io.Writer) e
 		}
 	}
 	// Every layer read to its end: its size and SHA-256 must be the recorded ones.
-	for _, l := range open {
-		if l == nil {
-			continue
-		}
-		if _, err := io.Copy(io.Discard, l.raw); err != nil {
-			c.Abort()
-			return err
-		}
+	if err := layers.drain(); err != nil {
+		c.Abort()
+		return err
 	}
 	tree, totals := c.Tree()
 	if tree != snap.Summary.Tree && snap.Summary.Tree != "" || totals.Entries != snap.Summary.Entries || totals.Bytes != snap.Summary.Bytes {
@@ -218,4 +202,55 @@ func (r *entriesJSON) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return r.buf.Read(p)
+}
+
+// layerSet is a receipt's layers, each opened on first use and then read once, front to back:
+// the entries one receipt takes from a layer come in that layer's order.
+type layerSet struct {
+	a      Archives
+	snap   api.Snapshot
+	layers []Layer
+	open   []*layerState
+}
+
+// newLayerSet is snap's layers as its resolved manifest rr lists them (layer 0: its own object).
+func (a Archives) newLayerSet(snap api.Snapshot, rr *ResolvedReader) *layerSet {
+	layers := append([]Layer{{Key: snap.ObjectKey, Bytes: snap.Bytes, SHA256: snap.SHA256, Encrypted: snap.Encrypted}}, rr.Header.Layers...)
+	return &layerSet{a: a, snap: snap, layers: layers, open: make([]*layerState, len(layers))}
+}
+
+// file advances e's layer to e and returns a reader of its logical bytes.
+func (s *layerSet) file(ctx context.Context, e *ResolvedEntry) (io.Reader, error) {
+	if e.Layer < 0 || e.Layer >= len(s.layers) {
+		return nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %s names layer %d of %d", s.snap.ID, e.Path, e.Layer, len(s.layers))
+	}
+	if s.open[e.Layer] == nil {
+		l, err := s.a.openLayer(ctx, s.snap, s.layers[e.Layer])
+		if err != nil {
+			return nil, err
+		}
+		s.open[e.Layer] = l
+	}
+	return s.open[e.Layer].tr.File(&e.Entry)
+}
+
+// drain reads every opened layer to its end, so its size and SHA-256 are checked.
+func (s *layerSet) drain() error {
+	for _, l := range s.open {
+		if l == nil {
+			continue
+		}
+		if _, err := io.Copy(io.Discard, l.raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *layerSet) close() {
+	for _, l := range s.open {
+		if l != nil {
+			l.close()
+		}
+	}
 }

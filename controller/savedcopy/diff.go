@@ -35,25 +35,20 @@ func NotPulled(p string) string {
 // underGit says p is a path a pull never carries.
 func underGit(p string) bool { return NotPulled(p) != "" }
 
-// Diff lists the paths whose entry differs between base and now, read from their resolved
-// manifests side by side (both are in tree order, so it holds one entry of each at a time),
-// leaving out .git. An entry differs in type, permission bits, content (size, digest, sparse)
-// or link target; modification times do not count: a rewrite of the same bytes is no change.
-func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, error) {
-	changes, _, err := a.DiffSkipping(ctx, base, now)
-	return changes, err
-}
-
-// maxSkipped bounds the paths DiffSkipping names (it counts them all).
+// maxSkipped bounds the paths Diff names as skipped (it counts them all).
 const maxSkipped = 100
 
-// DiffSkipping is Diff, also naming (up to maxSkipped) and counting the changed paths it left
-// out (NotPulled) other than the top .git's own.
-func (a Archives) DiffSkipping(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, api.Skipped, error) {
+// Diff lists the paths whose entry differs between base and now, read from their resolved
+// manifests side by side (both are in tree order, so it holds one entry of each at a time).
+// An entry differs in type, permission bits, content (size, digest, sparse) or link target;
+// modification times do not count: a rewrite of the same bytes is no change. Paths a pull never
+// carries (NotPulled) are left out, and counted and named (up to maxSkipped) in Skipped unless
+// they are the top .git's own, whose commits travel as a pack.
+func (a Archives) Diff(ctx context.Context, base, now api.Snapshot) ([]api.PathChange, api.Skipped, error) {
 	var skipped api.Skipped
 	changes, err := a.diff(ctx, base, now, func(p string) {
 		if p == GitDir || strings.HasPrefix(p, GitDir+"/") {
-			return // the repository itself: its commits travel as a pack, not a loss to report
+			return
 		}
 		skipped.Count++
 		if len(skipped.Paths) < maxSkipped {

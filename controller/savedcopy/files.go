@@ -78,15 +78,8 @@ func (a Archives) Files(ctx context.Context, snap api.Snapshot, want map[string]
 		return err
 	}
 	defer rr.Close()
-	layers := append([]Layer{{Key: snap.ObjectKey, Bytes: snap.Bytes, SHA256: snap.SHA256, Encrypted: snap.Encrypted}}, rr.Header.Layers...)
-	open := make([]*layerState, len(layers))
-	defer func() {
-		for _, l := range open {
-			if l != nil {
-				l.close()
-			}
-		}
-	}()
+	layers := a.newLayerSet(snap, rr)
+	defer layers.close()
 	buf := make([]byte, 256<<10)
 	for left := len(want); left > 0; {
 		e, err := rr.Next()
@@ -100,15 +93,7 @@ func (a Archives) Files(ctx context.Context, snap api.Snapshot, want map[string]
 			continue
 		}
 		left--
-		if e.Layer < 0 || e.Layer >= len(layers) {
-			return protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %s names layer %d of %d", snap.ID, e.Path, e.Layer, len(layers))
-		}
-		if open[e.Layer] == nil {
-			if open[e.Layer], err = a.openLayer(ctx, snap, layers[e.Layer]); err != nil {
-				return err
-			}
-		}
-		r, err := open[e.Layer].tr.File(&e.Entry)
+		r, err := layers.file(ctx, &e)
 		if err != nil {
 			return err
 		}
