@@ -3,6 +3,7 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -48,7 +49,9 @@ const (
 
 // exitCodes gives each code a distinct CLI exit status. 1 is left for "the command itself failed"
 // and 2 for usage errors, like most Unix tools; exec passes the remote command's status through.
-// Values stay below 126 so they never look like a shell's "not executable" or a signal.
+// Values stay below 126 so they never look like a shell's "not executable" or a signal, but for
+// canceled: 130 is what a shell reports for a command Ctrl-C (SIGINT) ended, which is what an
+// interrupted CLI is, and exec exits 130 the same way for a remote command the interrupt killed.
 var exitCodes = map[Code]int{
 	CodeInvalidArgument:      2,
 	CodeNotFound:             3,
@@ -64,7 +67,7 @@ var exitCodes = map[Code]int{
 	CodeUnsupported:          14,
 	CodeUnavailable:          15,
 	CodeTimeout:              124, // what timeout(1) exits with, which scripts already test for
-	CodeCanceled:             17,
+	CodeCanceled:             130, // 128 + SIGINT
 	CodeFailed:               18,
 	CodeProviderFailed:       19,
 	CodeInternal:             20,
@@ -78,6 +81,17 @@ var exitCodes = map[Code]int{
 	CodePermissionDenied:     28,
 	CodeReservedName:         30,
 	CodeNoSpace:              29,
+}
+
+// Codes lists every code that has an exit status, by exit status: the README's table of exit
+// statuses is generated from it.
+func Codes() []Code {
+	out := make([]Code, 0, len(exitCodes))
+	for c := range exitCodes {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Code) int { return exitCodes[a] - exitCodes[b] })
+	return out
 }
 
 // ExitCode is the CLI exit status for an error carrying code c.

@@ -29,13 +29,16 @@ type cli struct {
 	data           string
 	epoch          string // the writer epoch to claim (--epoch, TETHER_EPOCH)
 	retryFor       string // how long calls are retried (--retry-for, TETHER_RETRY_FOR)
+	context        string // the context to use instead of the current one (--context, TETHER_CONTEXT)
+	started        bool   // cobra accepted the call and the command's own code runs
 }
 
 func (c *cli) addGlobalFlags(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&c.addr, "addr", "", "controller address (env TETHER_ADDR, default "+defaultAddr+")")
-	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator or API token (env TETHER_TOKEN, default read from DATA/operator.token)")
+	cmd.PersistentFlags().StringVar(&c.addr, "addr", "", "controller address, HOST:PORT or http(s)://HOST:PORT (env TETHER_ADDR, else the context's, default "+defaultAddr+")")
+	cmd.PersistentFlags().StringVar(&c.context, "context", "", "the context to use instead of the current one (env TETHER_CONTEXT; see tether context)")
+	cmd.PersistentFlags().StringVar(&c.token, "token", "", "operator or API token (env TETHER_TOKEN, else the context's, default read from DATA/operator.token)")
 	cmd.PersistentFlags().StringVar(&c.data, "data", "", "controller data directory (env TETHER_DATA, default ~/.tether)")
-	cmd.PersistentFlags().StringVar(&c.epoch, "epoch", "", "writer epoch from `tether lease acquire` that writes claim (env TETHER_EPOCH)")
+	cmd.PersistentFlags().StringVar(&c.epoch, "epoch", "", "writer epoch that writes claim, from \"tether lease acquire\" (env TETHER_EPOCH)")
 	cmd.PersistentFlags().StringVar(&c.retryFor, "retry-for", "",
 		"retry calls the controller could not take (unavailable, no connection) for up to `DUR`; only calls that are safe to repeat (env TETHER_RETRY_FOR, default "+client.DefaultRetryFor.String()+", 0 disables)")
 }
@@ -55,18 +58,54 @@ func (c *cli) dataDir() string {
 	return filepath.Join(home, ".tether")
 }
 
-// client finds the controller from --addr/TETHER_ADDR and the token from --token/TETHER_TOKEN or
-// the data dir's operator.token.
+// target is the controller a call goes to and the token it presents.
+type target struct {
+	addr, token string
+	context     string // the context they came from, if one did
+}
+
+// target resolves where to call and with what: each of address and token from its flag, else
+// its environment variable, else the context (--context, TETHER_CONTEXT, else the config file's
+// current one), else the default address and DATA/operator.token. A context's token goes only to
+// that context's address: with the address from a flag or the environment, it is not sent.
+func (c *cli) target() (target, error) {
+	t := target{addr: firstNonEmpty(c.addr, os.Getenv("TETHER_ADDR")), token: firstNonEmpty(c.token, os.Getenv("TETHER_TOKEN"))}
+	ctx, ok, err := c.currentContext()
+	if err != nil {
+		return target{}, err
+	}
+	if ok {
+		t.context = ctx.Name
+		if t.addr == "" {
+			t.addr = ctx.Addr
+			if t.token == "" {
+				if t.token, err = contextToken(ctx); err != nil {
+					return target{}, err
+				}
+			}
+		}
+	}
+	if t.addr == "" {
+		t.addr = defaultAddr
+	}
+	return t, nil
+}
+
+// client finds the controller and the token (see target), falling back on the data dir's
+// operator.token.
 func (c *cli) client() (*client.Client, error) {
-	addr := firstNonEmpty(c.addr, os.Getenv("TETHER_ADDR"), defaultAddr)
-	token := firstNonEmpty(c.token, os.Getenv("TETHER_TOKEN"))
+	t, err := c.target()
+	if err != nil {
+		return nil, err
+	}
+	addr, token := t.addr, t.token
 	if token == "" {
 		path := filepath.Join(c.dataDir(), controller.OperatorTokenFile)
 		b, err := os.ReadFile(path)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil, protocol.Errorf(protocol.CodeUnauthorized,
-					"no operator token: set TETHER_TOKEN, or TETHER_DATA/--data to the controller's data directory (%s has none)", path)
+					"no operator token: set TETHER_TOKEN, or TETHER_DATA/--data to the controller's data directory (%s has none), or use a context with a token (tether context set)", path)
 			}
 			return nil, protocol.Errorf(protocol.CodeUnauthorized, "read operator token: %v", err)
 		}

@@ -31,7 +31,7 @@ func newDemoCmd(c *cli) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), c, keep, prov) },
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary data directory")
-	cmd.Flags().StringVar(&prov, "provider", "local", "provider of the demo's workspaces (docker needs `make image` first)")
+	cmd.Flags().StringVar(&prov, "provider", "local", "provider of the demo's workspaces: local or docker (docker needs \"make image\" first)")
 	return cmd
 }
 

@@ -30,7 +30,8 @@ func main() {
 // run executes the CLI and returns its exit status. Errors print as one line,
 // `error: <code>: <message>`, and exit with the code's status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := newRootCmd(&cli{stdin: stdin, stdout: stdout, stderr: stderr})
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	cmd := newRootCmd(c)
 	cmd.SetArgs(args)
 	cmd.SetIn(stdin)
 	cmd.SetOut(stdout)
@@ -44,12 +45,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return int(st)
 	}
 	if errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "error: canceled: interrupted")
-		return 130
+		fmt.Fprintf(stderr, "error: %s: interrupted\n", protocol.CodeCanceled)
+		return protocol.CodeCanceled.ExitCode()
 	}
 	var pe *protocol.Error
 	if !errors.As(err, &pe) {
-		if isUsageError(err) {
+		// An error before the command's own code ran is cobra refusing how it was called: an
+		// unknown command or flag, a missing required flag, a wrong number of arguments.
+		if isUsageError(err) || !c.started {
 			pe = protocol.Errorf(protocol.CodeInvalidArgument, "%v", err)
 		} else {
 			pe = protocol.AsError(err)
@@ -76,6 +79,12 @@ func newRootCmd(c *cli) *cobra.Command {
 		Version:       version,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Cobra runs the nearest PersistentPreRunE only, so no other command may set one (a test
+	// walks the tree for that): this one marks that cobra accepted the call.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		c.started = true
+		return nil
+	}
 	c.addGlobalFlags(root)
 	root.AddCommand(
 		newServeCmd(c),
@@ -95,6 +104,13 @@ func newRootCmd(c *cli) *cobra.Command {
 		newStorageCmd(c),
 		newTokenCmd(c),
 		newDemoCmd(c),
+		newVersionCmd(c),
+		newContextCmd(c),
+		newDocsCmd(c),
 	)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	applyConventions(root)
+	registerCompletions(c, root)
 	return root
 }

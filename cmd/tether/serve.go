@@ -103,7 +103,7 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().Int64Var(&f.forwardLimits.BytesPerSecond, "forward-bytes-per-second", 0, "bandwidth of the connections forwarded into one workspace, both ways together, in bytes per second (0: unlimited)")
 	cmd.Flags().StringVar(&f.previewListen, "preview-listen", "", "also serve preview links by host name on this address: pv-ID.DOMAIN reaches a link's service at / (with --preview-domain)")
 	cmd.Flags().StringVar(&f.previewDomain, "preview-domain", "", "domain of the preview listener's host names; its wildcard *.DOMAIN must resolve to it (localhost does in browsers)")
-	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see `tether provider ls`)")
+	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see \"tether provider ls\")")
 	return cmd
 }
 

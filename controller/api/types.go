@@ -163,6 +163,13 @@ type Event struct {
 	Cause string         `json:"cause"`
 }
 
+// Health answers GET /healthz (200 "ok", or 503 when the controller could not write its heartbeat).
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+	ID      string `json:"id"`
+}
+
 // ErrorBody is every non-2xx response body.
 type ErrorBody struct {
 	Error protocol.Error `json:"error"`

@@ -48,12 +48,12 @@ func (c *Client) authorize(req *http.Request) {
 	}
 }
 
-// New makes a client for the controller at addr (http://host:port) using token (the operator's,
+// New makes a client for the controller at addr (http://host:port, or host:port; see ParseAddr) using token (the operator's,
 // or an API token). It retries for DefaultRetryFor; see WithRetryFor.
 func New(addr, token string) (*Client, error) {
-	u, err := url.Parse(strings.TrimSuffix(addr, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "controller address %q must look like http://host:port", addr)
+	u, err := ParseAddr(addr)
+	if err != nil {
+		return nil, err
 	}
 	// Redirects are refused: a router that cleaned a workspace path ("a/.." → "a") would
 	// otherwise send the request to a different resource than the one named.
