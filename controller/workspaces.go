@@ -347,12 +347,27 @@ func (s *Server) liveConn(ctx context.Context, idOrName string) (api.Workspace, 
 		return ws, err
 	}
 	if ws.State != api.StateReady {
-		return ws, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s", ws.ID, ws.State)
+		return ws, notReady(ws)
 	}
 	if !ws.Connected {
 		return ws, protocol.Errorf(protocol.CodeUnavailable, "the runner of workspace %s is not connected", ws.ID)
 	}
 	return ws, nil
+}
+
+// notReady refuses work that needs a ready workspace, with the next step where there is one:
+// the message is what the CLI prints.
+func notReady(ws api.Workspace) error {
+	next := ""
+	switch ws.State {
+	case api.StateClosed:
+		next = fmt.Sprintf("; reopen it with \"tether workspace reopen %s\"", ws.ID)
+	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming:
+		next = fmt.Sprintf("; wait until it is done (\"tether workspace show %s\")", ws.ID)
+	case api.StateFailed:
+		next = fmt.Sprintf("; see why with \"tether workspace events %s\"", ws.ID)
+	}
+	return protocol.Errorf(protocol.CodeConflict, "workspace %s is %s%s", ws.ID, ws.State, next)
 }
 
 // runnerFor finds the connected runner of a ready workspace.

@@ -339,6 +339,20 @@ func counts(files, dirs, links int, bytes int64) string {
 	return s + fmt.Sprintf(" (%d bytes)", bytes)
 }
 
+// progressWriter tells every write's length (a nil tell is a nil bar's add: nothing).
+type progressWriter struct {
+	w    io.Writer
+	tell func(int64)
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if n > 0 {
+		p.tell(int64(n))
+	}
+	return n, err
+}
+
 // progressReader tells every read's length (a nil tell is a nil bar's add: nothing).
 type progressReader struct {
 	r    io.Reader

@@ -92,7 +92,7 @@ func runDemo(ctx context.Context, c *cli, keep bool, prov string) error {
 	if ws.State != api.StateReady {
 		return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s is %s: %s", ws.ID, ws.State, ws.Reason)
 	}
-	if _, err := importSource(ctx, cl, ws.ID, repo); err != nil {
+	if _, err := importSource(ctx, cl, ws.ID, repo, nil); err != nil {
 		return err
 	}
 	c.printf("workspace %s (%s) ready in %s, runner connected, root %s\n", ws.ID, ws.Name, time.Since(start).Round(time.Millisecond), ws.Root)

@@ -22,7 +22,7 @@ func demoCheckpointFork(ctx context.Context, c *cli, cl *client.Client, demoCLI 
 	if ws.State != api.StateReady {
 		return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s is %s: %s", ws.ID, ws.State, ws.Reason)
 	}
-	if _, err := importSource(ctx, cl, ws.ID, repo); err != nil {
+	if _, err := importSource(ctx, cl, ws.ID, repo, nil); err != nil {
 		return err
 	}
 	defer func() {

@@ -26,7 +26,7 @@ func demoPull(ctx context.Context, c *cli, cl *client.Client, demoCLI func(...st
 	if ws.State != api.StateReady {
 		return protocol.Errorf(protocol.CodeProviderFailed, "workspace %s is %s: %s", ws.ID, ws.State, ws.Reason)
 	}
-	if ws, err = importSource(ctx, cl, ws.ID, repo); err != nil {
+	if ws, err = importSource(ctx, cl, ws.ID, repo, nil); err != nil {
 		return err
 	}
 	c.printf("workspace %s, source %s, base %s\n", ws.Name, ws.SourceDir, ws.SourceBase)

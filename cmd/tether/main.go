@@ -33,9 +33,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd := newRootCmd(c)
 	cmd.SetArgs(args)
-	cmd.SetIn(stdin)
-	cmd.SetOut(stdout)
-	cmd.SetErr(stderr)
 	err := cmd.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -78,6 +75,10 @@ func newRootCmd(c *cli) *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
+	// Set before the completion command is made: it keeps the writer it finds then.
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	// Cobra runs the nearest PersistentPreRunE only, so no other command may set one (a test
 	// walks the tree for that): this one marks that cobra accepted the call.

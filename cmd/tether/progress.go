@@ -130,3 +130,66 @@ func (p *progress) finish() {
 	}
 	p.drawn, p.closed = false, true
 }
+
+// activityAfter is how long a call the CLI sees no bytes of runs before a line says it is still
+// going: a capture of a small tree is over before then and draws nothing.
+const activityAfter = time.Second
+
+// activity draws "label  12s" on a terminal while the controller does work whose bytes the CLI
+// never sees (a capture goes from the runner to the blob store, a restore back): there is no
+// count to show honestly, only that it is still going and for how long. A nil *activity, what a
+// non-terminal stderr gets, does nothing.
+type activity struct {
+	w     io.Writer
+	label string
+	start time.Time
+	now   func() time.Time
+	drawn bool
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// startActivity starts the line on c's stderr when it is a terminal; stop it with finish.
+func (c *cli) startActivity(label string) *activity {
+	f, ok := c.stderr.(*os.File)
+	if !ok || !isTerminal(f) {
+		return nil
+	}
+	t := time.NewTicker(activityAfter)
+	a := newActivityTo(f, label, time.Now, t.C)
+	go func() {
+		<-a.done
+		t.Stop()
+	}()
+	return a
+}
+
+// newActivityTo draws on w at each tick until finish.
+func newActivityTo(w io.Writer, label string, now func() time.Time, tick <-chan time.Time) *activity {
+	a := &activity{w: w, label: label, now: now, start: now(), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for {
+			select {
+			case <-a.stop:
+				return
+			case <-tick:
+				a.drawn = true
+				fmt.Fprintf(a.w, "\r\x1b[K%s  %s", a.label, a.now().Sub(a.start).Round(time.Second))
+			}
+		}
+	}()
+	return a
+}
+
+// finish stops the line and clears it; nothing is drawn after it returns.
+func (a *activity) finish() {
+	if a == nil {
+		return
+	}
+	close(a.stop)
+	<-a.done
+	if a.drawn {
+		fmt.Fprint(a.w, "\r\x1b[K")
+	}
+}

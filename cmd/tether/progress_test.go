@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 func TestProgressDrawsOnlyLargeTransfersAndThrottles(t *testing.T) {
@@ -68,4 +74,87 @@ func TestDisplayQuotesControlCharacters(t *testing.T) {
 			t.Errorf("display(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+func TestNoProgressUnlessStderrIsATerminal(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	file, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for name, w := range map[string]io.Writer{"a buffer": &bytes.Buffer{}, "a pipe": pw, "a file": file} {
+		c := &cli{stderr: w}
+		if c.newProgress("x") != nil || c.startActivity("x") != nil {
+			t.Errorf("stderr to %s got a progress line", name)
+		}
+	}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty here: %v", err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	c := &cli{stderr: tty}
+	bar, act := c.newProgress("x"), c.startActivity("y")
+	if bar == nil || act == nil {
+		t.Fatalf("stderr to a terminal got no progress: %v %v", bar, act)
+	}
+	act.finish()
+}
+
+func TestActivityDrawsOnTicksAndClears(t *testing.T) {
+	var out syncedBuffer
+	clock := time.Unix(0, 0)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	tick := make(chan time.Time)
+	a := newActivityTo(&out, "snapshot create w: capturing", now, tick)
+	mu.Lock()
+	clock = clock.Add(3 * time.Second)
+	mu.Unlock()
+	tick <- time.Time{} // received: the draw happens before the next receive
+	tick <- time.Time{}
+	a.finish()
+	got := out.String()
+	want := "\r\x1b[Ksnapshot create w: capturing  3s\r\x1b[Ksnapshot create w: capturing  3s\r\x1b[K"
+	if got != want {
+		t.Fatalf("activity drew %q; want %q", got, want)
+	}
+	// Finished before any tick: nothing at all.
+	out.Reset()
+	newActivityTo(&out, "quick", now, make(chan time.Time)).finish()
+	if out.String() != "" {
+		t.Fatalf("a quick call drew %q", out.String())
+	}
+	var none *activity
+	none.finish()
+}
+
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncedBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }

@@ -24,7 +24,9 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			act := c.startActivity("snapshot create " + display(args[0]) + ": capturing")
 			snap, err := cl.CreateSnapshotWith(cmd.Context(), args[0], api.CaptureOptions{Full: full})
+			act.finish()
 			if err != nil {
 				return err
 			}
@@ -95,7 +97,9 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			act := c.startActivity("snapshot restore " + display(args[0]) + ": restoring")
 			res, err := cl.RestoreSnapshot(cmd.Context(), args[0], req)
+			act.finish()
 			if err != nil {
 				return err
 			}
@@ -127,7 +131,9 @@ func newSnapshotCmd(c *cli) *cobra.Command {
 				return err
 			}
 			defer os.Remove(tmp.Name())
-			n, err := cl.ExportSnapshot(cmd.Context(), args[0], tmp)
+			bar := c.newProgress("snapshot export " + display(args[0]))
+			n, err := cl.ExportSnapshot(cmd.Context(), args[0], progressWriter{tmp, bar.add})
+			bar.finish()
 			if err == nil {
 				err = tmp.Sync()
 			}

@@ -73,7 +73,8 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				return protocol.Errorf(code, "workspace %s failed: %s", ws.ID, ws.Reason)
 			}
 			if source != "" {
-				if ws, err = importSource(cmd.Context(), cl, ws.ID, source); err != nil {
+				bar := c.newProgress("create --source " + display(source))
+				if ws, err = importSource(cmd.Context(), cl, ws.ID, source, bar); err != nil {
 					// Nothing half-made is left behind: a workspace without its source is not
 					// what was asked for.
 					_, _ = cl.DeleteWorkspace(context.WithoutCancel(cmd.Context()), ws.ID)
@@ -101,10 +102,10 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	return cmd
 }
 
-// importSource streams dir as a zstd-compressed tar into the workspace.
-// importSource copies dir into the workspace and then records dir as its source, with a receipt
-// of what arrived: the base workspace pull compares the workspace and the host with.
-func importSource(ctx context.Context, cl *client.Client, id, dir string) (api.Workspace, error) {
+// importSource copies dir into the workspace, a zstd-compressed tar, and then records dir as its
+// source, with a receipt of what arrived: the base workspace pull compares the workspace and the
+// host with. Its progress (on a terminal, else nil) counts the files' bytes read.
+func importSource(ctx context.Context, cl *client.Client, id, dir string, bar *progress) (api.Workspace, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return api.Workspace{}, err
@@ -112,10 +113,11 @@ func importSource(ctx context.Context, cl *client.Client, id, dir string) (api.W
 	pr, pw := io.Pipe()
 	go func() {
 		// Sockets and fifos (git's fsmonitor leaves one in .git) have no content to copy.
-		pw.CloseWithError(tree.Write(ctx, pw, abs, tree.WriteOptions{Zstd: true, SkipSpecial: true}))
+		pw.CloseWithError(tree.Write(ctx, pw, abs, tree.WriteOptions{Zstd: true, SkipSpecial: true, Progress: bar.add}))
 	}()
 	_, err = cl.ImportTree(ctx, id, "", pr)
 	pr.CloseWithError(err)
+	bar.finish()
 	if err != nil {
 		return api.Workspace{}, err
 	}
