@@ -57,6 +57,10 @@ func TestGroupsAloneAndHelpOfEveryCommand(t *testing.T) {
 	groups := 0
 	walk(root, func(cmd *cobra.Command) {
 		path := strings.Fields(cmd.CommandPath())[1:]
+		// Without Args, cobra takes any words after a command silently.
+		if cmd.Runnable() && cmd.Args == nil && cmd.Name() != "help" {
+			t.Errorf("%s does not check its arguments", cmd.CommandPath())
+		}
 		code, stdout, stderr := tether(t, append(path, "--help")...)
 		if code != 0 || !strings.Contains(stdout, "Usage:") || stderr != "" {
 			t.Errorf("%s --help: exit %d, stderr %q, stdout %q", cmd.CommandPath(), code, stderr, stdout)
