@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -11,9 +12,17 @@ import (
 	"github.com/tetherhq/tether/controller/client"
 )
 
-// completeTimeout bounds what a shell's Tab waits for the controller: a slow or absent one must
-// leave the shell responsive, so completion gives nothing rather than hang.
-const completeTimeout = 2 * time.Second
+// defaultCompleteTimeout bounds what a shell's Tab waits for the controller: a slow or absent
+// one must leave the shell responsive, so completion gives nothing rather than hang.
+// TETHER_COMPLETE_TIMEOUT changes it (a controller far away).
+const defaultCompleteTimeout = 2 * time.Second
+
+func completeTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("TETHER_COMPLETE_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return defaultCompleteTimeout
+}
 
 // maxCompleteWorkspaces bounds the workspaces whose snapshots a snapshot id completion lists.
 const maxCompleteWorkspaces = 50
@@ -115,7 +124,7 @@ func (c *cli) complete(cmd *cobra.Command, list func(context.Context, *client.Cl
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), completeTimeout)
+	ctx, cancel := context.WithTimeout(cmd.Context(), completeTimeout())
 	defer cancel()
 	out, err := list(ctx, cl.WithRetryFor(0))
 	if err != nil {

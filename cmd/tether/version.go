@@ -11,9 +11,9 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
-// versionTimeout bounds the question to the controller: `tether version` answers for the client
-// at once whatever the network does.
-const versionTimeout = 3 * time.Second
+// defaultVersionTimeout bounds the question to the controller: `tether version` answers for the
+// client promptly whatever the network does.
+const defaultVersionTimeout = 3 * time.Second
 
 // versionInfo is what `tether version --json` prints.
 type versionInfo struct {
@@ -39,6 +39,7 @@ type serverVersion struct {
 
 func newVersionCmd(c *cli) *cobra.Command {
 	var asJSON, clientOnly bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the client's version and, when it answers, the controller's",
@@ -49,7 +50,7 @@ func newVersionCmd(c *cli) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := versionInfo{Client: clientVersion{Version: version, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}}
 			if !clientOnly {
-				info.Server, info.ServerError = c.serverVersion(cmd.Context())
+				info.Server, info.ServerError = c.serverVersion(cmd.Context(), timeout)
 			}
 			if asJSON {
 				return c.printJSON(info)
@@ -66,11 +67,12 @@ func newVersionCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print {client, server} as JSON")
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "the client's version only: do not ask the controller")
+	cmd.Flags().DurationVar(&timeout, "timeout", defaultVersionTimeout, "how long to wait for the controller's answer")
 	return cmd
 }
 
 // serverVersion asks the controller the CLI would talk to for its health, without credentials.
-func (c *cli) serverVersion(ctx context.Context) (*serverVersion, string) {
+func (c *cli) serverVersion(ctx context.Context, timeout time.Duration) (*serverVersion, string) {
 	t, err := c.target()
 	if err != nil {
 		return nil, err.Error()
@@ -79,7 +81,7 @@ func (c *cli) serverVersion(ctx context.Context) (*serverVersion, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	h, err := cl.Health(ctx)
 	if err != nil {
