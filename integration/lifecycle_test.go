@@ -264,6 +264,13 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"workspace", "ls", "--bogus"}, 2, "error: invalid_argument: "},
 		{[]string{"--token", "tot_wrong", "workspace", "ls"}, 13, "error: unauthorized: "},
 		{[]string{"--addr", "http://127.0.0.1:1", "workspace", "ls"}, 15, "error: unavailable: "},
+		{[]string{"--addr", "127.0.0.1:1", "workspace", "ls"}, 15, "error: unavailable: "},
+		{[]string{"--addr", "127.0.0.1:1/v1", "workspace", "ls"}, 2, "error: invalid_argument: controller address"},
+		// Unknown commands and subcommands: a usage error with the nearest name, never help and 0.
+		{[]string{"worksapce", "ls"}, 2, `error: invalid_argument: unknown command "worksapce" for "tether"; did you mean "workspace"?`},
+		{[]string{"workspace", "lss"}, 2, `error: invalid_argument: unknown command "lss" for "tether workspace"; did you mean "ls"?`},
+		{[]string{"project", "rm", "P"}, 2, `error: invalid_argument: unknown command "rm" for "tether project"`},
+		{[]string{"snapshot", "rm", "snap_nope"}, 3, "error: not_found: "},
 	} {
 		r := c.cli(t, nil, tc.args...)
 		if r.Code != tc.code || !strings.HasPrefix(r.Stderr, tc.prefix) || strings.Count(r.Stderr, "\n") != 1 {
