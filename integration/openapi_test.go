@@ -373,9 +373,12 @@ func TestOpenAPITraffic(t *testing.T) {
 // with a field, a status or a media type the spec does not describe fails it.
 func (p *specProxy) refusesUndescribed(t *testing.T, c *controllerProc, id string) {
 	t.Helper()
-	in := httptest.NewRequest(http.MethodGet, c.Addr+"/v1/workspaces/"+url.PathEscape(id), nil)
+	in, err := http.NewRequest(http.MethodGet, c.Addr+"/v1/workspaces/"+url.PathEscape(id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, err := http.DefaultClient.Do(in.Clone(context.Background()))
+	resp, err := http.DefaultClient.Do(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,6 +414,25 @@ func (p *specProxy) refusesUndescribed(t *testing.T, c *controllerProc, id strin
 	} {
 		if err := p.check(in, r); err == nil {
 			t.Errorf("%s passed the check", what)
+		}
+	}
+	// Requests too: a body field the spec does not have, a route it does not have.
+	for what, r := range map[string]*http.Request{
+		"a request field the spec does not have": httptest.NewRequest(http.MethodPost, c.Addr+"/v1/workspaces", strings.NewReader(`{"surprise":1}`)),
+		"a route the spec does not have":         httptest.NewRequest(http.MethodGet, c.Addr+"/v1/nowhere", nil),
+	} {
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+c.Token)
+		before := len(p.failures())
+		if _, err := p.checkRequest(r); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.failures()) == before {
+			t.Errorf("%s passed the check", what)
+		} else {
+			p.mu.Lock()
+			p.failed = p.failed[:before] // expected: not a failure of the workload
+			p.mu.Unlock()
 		}
 	}
 }
