@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -311,6 +313,45 @@ func TestOpenAPITraffic(t *testing.T) {
 	_, err = cl.GetSnapshot(ctx, "snap_missing")
 	refused("a missing snapshot", err, protocol.CodeNotFound)
 
+	_, err = cl.ExportSnapshot(ctx, snap.ID, io.Discard)
+	must("snapshot archive", err)
+
+	// Streams: a tree export (its trailer passed through), a watch, a service's log.
+	ex, err := cl.ExportTree(ctx, ws.ID, "dir", "")
+	must("tree export", err)
+	_, err = io.Copy(io.Discard, ex)
+	must("tree export body", err)
+	ex.Close()
+	watch, err := cl.Watch(ctx, ws.ID, "dir", false)
+	must("watch", err)
+	_, err = cl.WriteFile(ctx, ws.ID, "dir/watched.txt", strings.NewReader("w"), client.WriteOptions{})
+	must("write a watched file", err)
+	_, err = watch.Next()
+	must("watch event", err)
+	watch.Close()
+	_, err = cl.StartService(ctx, ws.ID, protocol.ServiceSpec{Name: "svc", Argv: []string{"sh", "-c", "echo up; exec sleep 600"}, Ready: "none"})
+	must("service start", err)
+	_, err = cl.ListServices(ctx, ws.ID)
+	must("services", err)
+	_, err = cl.ServiceLogs(ctx, ws.ID, "svc", 0, false, io.Discard)
+	must("service logs", err)
+	_, err = cl.StopService(ctx, ws.ID, "svc")
+	must("service stop", err)
+
+	// A resumable upload in two chunks.
+	data := strings.Repeat("u", 1000)
+	sum := sha256.Sum256([]byte(data))
+	up, err := cl.CreateUpload(ctx, ws.ID, api.UploadCreate{Path: "dir/up.bin", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])})
+	must("upload", err)
+	_, err = cl.PutUploadChunk(ctx, ws.ID, up.ID, 0, strings.NewReader(data[:400]), 400)
+	must("upload chunk", err)
+	_, err = cl.GetUpload(ctx, ws.ID, up.ID)
+	must("upload show", err)
+	_, err = cl.PutUploadChunk(ctx, ws.ID, up.ID, 400, strings.NewReader(data[400:]), 600)
+	must("last upload chunk", err)
+	_, err = cl.ListUploads(ctx, ws.ID, "", "")
+	must("uploads", err)
+
 	// Tokens, artifacts, events, storage.
 	tok, err := cl.CreateToken(ctx, api.CreateTokenRequest{Name: "spec", Workspaces: []string{ws.ID}, TTL: "1h"})
 	must("token", err)
@@ -362,6 +403,8 @@ func TestOpenAPITraffic(t *testing.T) {
 		"PUT 201 /v1/workspaces/" + ws.ID + "/files/dir%2Fa.txt", "GET 206 /v1/workspaces/" + ws.ID + "/files/dir%2Fa.txt",
 		"GET 101 /v1/workspaces/" + ws.ID + "/exec", "POST 423 /v1/workspaces/" + ws.ID + "/lease",
 		"POST 201 /v1/workspaces/" + ws.ID + "/snapshots", "GET 401 /v1/providers",
+		"GET 200 /v1/workspaces/" + ws.ID + "/tree", "GET 200 /v1/workspaces/" + ws.ID + "/watch",
+		"GET 200 /v1/workspaces/" + ws.ID + "/services/svc/logs", "PUT 201 /v1/workspaces/" + ws.ID + "/uploads/" + up.ID,
 	} {
 		if !seen[want] {
 			t.Errorf("the workload never checked %s; checked: %v", want, slices.Sorted(maps.Keys(seen)))
