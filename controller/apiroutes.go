@@ -28,7 +28,7 @@ func jsonBody[T any](required bool) *openapi.Body {
 
 var (
 	noContent = openapi.Response{Status: http.StatusNoContent}
-	// upgraded is a websocket's (or a tether-tcp connection's) handshake answer.
+	// switched is a websocket's (or a tether-tcp connection's) handshake answer.
 	switched = openapi.Response{Status: http.StatusSwitchingProtocols,
 		Description: "Switching Protocols: the connection now carries the upgraded protocol"}
 	// proxied is whatever a service answers through a proxy; the controller's own refusals
@@ -107,7 +107,7 @@ func frontOps() []openapi.Op {
 		{Pattern: "/p/{token}", ID: "previewBare", Tag: "previews", Auth: openapi.None,
 			Summary:    "Redirects to /p/{token}/",
 			PathParams: []openapi.Param{{Name: "token", Description: "the preview link's secret"}},
-			Responses: []openapi.Response{redirect("to the link with a trailing slash")}, NoErrors: true},
+			Responses:  []openapi.Response{redirect("to the link with a trailing slash")}, NoErrors: true},
 	}
 }
 

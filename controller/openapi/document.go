@@ -177,10 +177,10 @@ func Build(info Info, ops []Op) ([]byte, error) {
 		}
 	}
 	doc := Schema{
-		"openapi":           "3.1.0",
-		"info":              Schema{"title": info.Title, "version": info.Version, "description": info.Description},
-		"paths":             paths,
-		"security":          []any{Schema{info.Default: []string{}}},
+		"openapi":  "3.1.0",
+		"info":     Schema{"title": info.Title, "version": info.Version, "description": info.Description},
+		"paths":    paths,
+		"security": []any{Schema{info.Default: []string{}}},
 		"components": Schema{
 			"schemas":         sc.components,
 			"responses":       errResponses,

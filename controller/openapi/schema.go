@@ -33,8 +33,8 @@ var (
 	textType      = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
-// of is the schema of t where a value of it is used. nullable says a Go nil can be written
-// there (a pointer, slice or map not dropped by omitempty).
+// of is the schema of t where a value of it is used: a pointer, slice or map may be null there
+// (a Go nil), unless the field's omitempty drops it (see fields).
 func (s *schemas) of(t reflect.Type) Schema {
 	if o, ok := s.overrides[t]; ok {
 		return o
