@@ -265,7 +265,7 @@ func (s *Server) OperatorToken() string { return s.operatorToken }
 
 // Handler is the controller's HTTP API.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := newRouteMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		// A controller cut off from the store is no use to a balancer: it holds no runner and
 		// can answer nothing. 503 takes it out of rotation until its heartbeat is written again.
@@ -276,6 +276,8 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version, "id": s.id})
 	})
 	mux.HandleFunc("GET /v1/runners/connect", s.handleRunnerConnect)
+	// The spec needs no token (see handleOpenAPI); a pattern more specific than /v1/ wins.
+	mux.HandleFunc("GET /v1/openapi.json", handleOpenAPI)
 	mux.Handle("GET /internal/v1/allocations/{id}/tunnel", s.requirePeer(http.HandlerFunc(s.handleTunnel)))
 	mux.Handle("POST /internal/v1/allocations/{id}/evict", s.counted(s.requirePeer(http.HandlerFunc(s.handleEvict))))
 	mux.Handle("POST /internal/v1/allocations/{id}/disconnect", s.counted(s.requirePeer(http.HandlerFunc(s.handleDisconnect))))
