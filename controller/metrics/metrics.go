@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,4 +193,18 @@ func result(err error) string {
 		return "error"
 	}
 	return "ok"
+}
+
+// Table is the README's list of the metrics: a Markdown table made from Defs.
+func Table() string {
+	var b strings.Builder
+	b.WriteString("| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, d := range Defs() {
+		labels := "—"
+		if len(d.Labels) > 0 {
+			labels = "`" + strings.Join(d.Labels, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.Name, d.Type, labels, strings.ReplaceAll(d.Help, "|", "\\|"))
+	}
+	return b.String()
 }
