@@ -3,7 +3,6 @@ package controller
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io"
@@ -41,14 +40,6 @@ func requestID(client string) string {
 	return "req_" + hex.EncodeToString(b)
 }
 
-type requestIDKey struct{}
-
-// requestIDOf is the id of the API request ctx belongs to ("" for the controller's own work).
-func requestIDOf(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
-
 // byteKinds says which API routes move which kind of bytes (metrics.Bytes): the request body
 // (in) or the response body (out), counted as they pass through observe. Proxied and forwarded
 // connections are counted on their connection into the sandbox instead (forwardedConn), and
@@ -77,7 +68,6 @@ func (s *Server) observe(next http.Handler, routeOf func(*http.Request) string) 
 		w.Header().Set(HeaderRequestID, id)
 		route := routeOf(r)
 		rec := &recorder{ResponseWriter: w}
-		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 		body := &countedBody{ReadCloser: r.Body}
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = body
