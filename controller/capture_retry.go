@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
@@ -31,8 +33,17 @@ type captureOpts struct {
 }
 
 // captureWorkspaceAs is captureWorkspace with opts; the workspace is busy (busySet) meanwhile.
-func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts captureOpts) (api.Snapshot, error) {
+func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts captureOpts) (snap api.Snapshot, err error) {
 	defer s.busy.hold(ws.ID)()
+	start := time.Now()
+	defer func() {
+		// A checkpoint that found the tree unchanged captured all the same.
+		if errors.Is(err, errTreeUnchanged) {
+			s.metrics.Capture(time.Since(start), nil)
+		} else {
+			s.metrics.Capture(time.Since(start), err)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		snap, err := s.captureOnce(ctx, ws, opts)
 		if protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/protocol"
@@ -24,6 +25,26 @@ type forwardedConn struct {
 	net.Conn
 	Grant  *forward.Grant
 	closed sync.Once
+	// bytes counts what passes both ways (metrics: proxy or port_forward); nil counts nothing.
+	bytes prometheus.Counter
+}
+
+func (c *forwardedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.count(n)
+	return n, err
+}
+
+func (c *forwardedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.count(n)
+	return n, err
+}
+
+func (c *forwardedConn) count(n int) {
+	if n > 0 && c.bytes != nil {
+		c.bytes.Add(float64(n))
+	}
 }
 
 // A closed connection keeps its slot until the sandbox's side has ended too: the runner's stream

@@ -35,6 +35,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
+	noteErrorCode(w, e.Code)
 	writeJSON(w, status, api.ErrorBody{Error: *e})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/forward"
+	"github.com/tetherhq/tether/controller/metrics"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -85,6 +86,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, dial func(conte
 		return
 	}
 	s.log.Debug("port-forward", "workspace", ws.ID, "remote", raw.RemoteAddr().String())
+	up.bytes = s.metrics.BytesCounter(metrics.KindPortForward)
 	forward.Join(r.Context(), &hijackedConn{Conn: raw, r: brw.Reader}, up, up.Grant)
 }
 

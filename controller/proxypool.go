@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/metrics"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -89,6 +90,7 @@ func (s *Server) proxyTransport(ws api.Workspace, v api.Service) *http.Transport
 				c.Close()
 				return nil, protocol.Errorf(protocol.CodeUnavailable, "service %s moved to port %d; ask again", name, now.Port)
 			}
+			c.bytes = s.metrics.BytesCounter(metrics.KindProxy)
 			return &pacedConn{forwardedConn: c, ctx: s.ctx}, nil
 		},
 		MaxIdleConnsPerHost: proxyIdlePerService,

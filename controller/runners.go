@@ -132,6 +132,9 @@ func (s *Server) handleRunnerConnect(w http.ResponseWriter, r *http.Request) {
 	case <-s.ctx.Done():
 	}
 	s.hub.Remove(c)
+	if _, ok := s.hub.Get(alloc.ID); !ok {
+		s.metrics.DropUsage(alloc.ID)
+	}
 	s.disownAllocation(alloc.ID)
 	s.log.Info("runner disconnected", "allocation", alloc.ID)
 }
@@ -234,6 +237,7 @@ var runnerOps = map[string]func(s *Server, c *hub.Conn, st *yamux.Stream, h prot
 	protocol.OpArtifactFetch:     (*Server).serveArtifactFetch,
 	protocol.OpArtifactInstalled: answered((*Server).artifactInstalled),
 	protocol.OpRunExited:         answered((*Server).runExited),
+	protocol.OpUsageReport:       answered((*Server).usageReport),
 }
 
 // answered serves a runner operation answered by one trailer.

@@ -21,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/metrics"
 	"github.com/tetherhq/tether/controller/peer"
 	"github.com/tetherhq/tether/controller/project"
 	"github.com/tetherhq/tether/controller/providers"
@@ -96,6 +97,10 @@ type Config struct {
 	// pv-ID.PreviewDomain reaches a link's service at / (tether serve --preview-listen).
 	PreviewListener net.Listener
 	PreviewDomain   string
+	// MetricsListener, when set, serves GET /metrics without authentication, for a private
+	// scrape network (tether serve --metrics-listen); the API listener's /metrics asks for a
+	// token either way.
+	MetricsListener net.Listener
 }
 
 // Server is a running controller.
@@ -142,6 +147,8 @@ type Server struct {
 	forwards *forward.Limiter
 	// proxies are the HTTP proxy's transports into services, by workspace and service.
 	proxies proxyPool
+	// metrics is this controller's Prometheus registry, and the usage its runners report.
+	metrics *metrics.Metrics
 
 	// routines is the controller's background work, each a named routine: the API server and
 	// the runner socket's, the gc loop, provisioning that outlives the request that started it,
@@ -212,6 +219,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
+	runners := hub.New()
+	meters := metrics.New(runners.Len)
+	blobs = meters.CountBlobErrors(blobs)
 	identity, err := savedcopy.LoadIdentity(firstNonEmpty(cfg.SnapshotKeyFile, filepath.Join(cfg.DataDir, "snapshot.key")))
 	if err != nil {
 		st.Close()
@@ -229,9 +239,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	routines := routine.New(context.Background(), cfg.Logger)
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, store: st, hub: hub.New(), operatorToken: token,
-		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger),
-		blobs:     blobs, identity: identity, encrypt: encrypt, dataLock: lock,
+		cfg: cfg, log: cfg.Logger, store: meteredRuns{Store: st, m: meters}, hub: runners, operatorToken: token, metrics: meters,
+		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger,
+			providers.OnRestart(meters.PluginRestarted)),
+		blobs: blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		routines: routines, ctx: routines.Context(),
 		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
 		forwards: forward.NewLimiter(cfg.ForwardLimits),
@@ -292,7 +303,14 @@ func (s *Server) Handler() http.Handler {
 	// Preview links carry their own token, not the operator's: outside /v1/ and its auth.
 	mux.Handle("/p/{token}/{path...}", s.counted(http.HandlerFunc(s.handlePreviewPath)))
 	mux.HandleFunc("/p/{token}", redirectSlash)
-	return mux
+	mux.Handle("GET /metrics", s.requireOperator(s.requireUnlimited(s.metrics.Handler())))
+	return s.observe(mux, func(r *http.Request) string {
+		_, pattern := mux.Handler(r)
+		if pattern == "/v1/" {
+			_, pattern = op.Handler(r)
+		}
+		return pattern
+	})
 }
 
 // routes is the operator API: every route with who may call it (see routeScope).
@@ -411,12 +429,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		errc <- errors.New("controller: Serve after shutdown")
 	}
 	if pl := s.cfg.PreviewListener; pl != nil {
-		psrv := s.cfg.HTTP.server(s.previewHost(), s.ctx)
+		psrv := s.cfg.HTTP.server(s.observe(s.previewHost(), func(*http.Request) string { return "preview host" }), s.ctx)
 		pl = s.cfg.HTTP.limitListener(pl)
 		if !s.routines.Go("preview server", func(ctx context.Context) { _ = serveHTTP(ctx, psrv, pl) }) {
 			pl.Close()
 		}
 		s.log.Info("preview links served by host", "addr", pl.Addr().String(), "domain", s.cfg.PreviewDomain)
+	}
+	if ml := s.cfg.MetricsListener; ml != nil {
+		s.serveMetrics(ml)
 	}
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir, "id", s.id, "peer", peerURL)
 	s.routines.Go("checkpoint loop", s.checkpointLoop)
@@ -437,6 +458,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	s.dataLock.Release()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
+	}
+	if err != nil {
+		s.log.Error("controller stopped", "err", err)
+	} else {
+		s.log.Info("controller stopped")
 	}
 	return err
 }

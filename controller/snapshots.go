@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/hub"
+	"github.com/tetherhq/tether/controller/metrics"
 	"github.com/tetherhq/tether/controller/savedcopy"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/snapshot"
@@ -120,7 +121,7 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	}
 	defer res.close()
 	check := s.startCaptureCheck(ctx, snap.Encrypted, res)
-	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(body), "")
+	info, err := s.blobs.Put(ctx, snap.ObjectKey, check.tee(meteredReader{body, s.metrics.BytesCounter(metrics.KindSnapshotCapture)}), "")
 	verified, verr := check.result()
 	if err != nil {
 		// The check's reason, when it stopped the store, is the one that explains.
@@ -321,7 +322,9 @@ func (s *Server) verifySnapshot(ctx context.Context, snap api.Snapshot) (api.Ver
 
 // restoreInto streams a snapshot, checked against its receipt as it flows, into the empty
 // workspace of runner c, which publishes it only when every entry matched the manifest.
-func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot, epoch uint64) error {
+func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot, epoch uint64) (err error) {
+	start := time.Now()
+	defer func() { s.metrics.Restore(time.Since(start), err) }()
 	archive, closeArchive, err := s.archives.Open(ctx, snap)
 	if err != nil {
 		return err
@@ -337,7 +340,8 @@ func (s *Server) restoreInto(ctx context.Context, c *hub.Conn, snap api.Snapshot
 	}
 	args := protocol.SnapshotRestoreArgs{SnapshotID: snap.ID, MaxEntries: snap.Summary.Entries, MaxBytes: snap.Summary.Bytes,
 		MaxApparentBytes: limit}
-	return c.CallWithBody(ctx, protocol.OpSnapshotRestore, epoch, args, archive, &summary)
+	sent := meteredReader{archive, s.metrics.BytesCounter(metrics.KindSnapshotRestore)}
+	return c.CallWithBody(ctx, protocol.OpSnapshotRestore, epoch, args, sent, &summary)
 }
 
 // snapshot loads a receipt by id, refusing ids of other kinds; another workspace's than a

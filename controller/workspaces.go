@@ -233,7 +233,7 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 		return ws, err
 	}
 	ws.Connected = s.connected(ctx, ws.AllocationID)
-	ws = s.withCheckpoint(ws)
+	ws = s.withUsage(s.withCheckpoint(ws))
 	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
 		s.log.Warn("read allocation info", "allocation", ws.AllocationID, "err", err)
 	} else if len(info) > 0 {
@@ -253,7 +253,7 @@ func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		if p.sees(ws.ID) {
 			ws.Connected = s.connected(r.Context(), ws.AllocationID)
-			list = append(list, s.withCheckpoint(ws))
+			list = append(list, s.withUsage(s.withCheckpoint(ws)))
 		}
 	}
 	writeJSON(w, http.StatusOK, list)

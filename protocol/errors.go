@@ -102,6 +102,13 @@ func (c Code) ExitCode() int {
 	return 1
 }
 
+// Known reports whether c is one of the protocol's codes. A code that arrives from elsewhere (a
+// runner's answer, another controller's) may be anything: metrics label such codes "other".
+func (c Code) Known() bool {
+	_, ok := exitCodes[c]
+	return ok
+}
+
 // Error is the typed error that crosses process boundaries (wire trailers, REST bodies, CLI).
 type Error struct {
 	Code    Code   `json:"code"`

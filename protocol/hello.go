@@ -32,6 +32,9 @@ const (
 	// EnvSandboxDir is, for IsolationNamespaces, a provider-made directory beside the workspace
 	// holding the agent's tmp/ and home/ and an empty mnt/.
 	EnvSandboxDir = "TETHER_SANDBOX_DIR"
+	// EnvUsageSource is "cgroup" when the runner's cgroup is its sandbox's alone (a container):
+	// usage reports then read it; otherwise they sum the runner's process tree from /proc.
+	EnvUsageSource = "TETHER_USAGE_SOURCE"
 )
 
 // ConfineProbeArg makes the runner binary check that it can confine the agent as its

@@ -103,6 +103,7 @@ var ops = [...]OpSpec{
 	{Name: OpRunExited, Direction: RunnerToController, Args: reflect.TypeFor[RunStatus]()},
 	{Name: OpArtifactFetch, Direction: RunnerToController, Args: reflect.TypeFor[ArtifactFetchArgs]()},
 	{Name: OpArtifactInstalled, Direction: RunnerToController, Args: reflect.TypeFor[ArtifactInstall]()},
+	{Name: OpUsageReport, Direction: RunnerToController, Args: reflect.TypeFor[UsageReport]()},
 }
 
 // opIndex finds an operation's entry in ops by name.

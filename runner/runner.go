@@ -47,6 +47,9 @@ type Config struct {
 	// agent's reach): it holds the capture cache that makes incremental captures cheap. Empty
 	// means no cache: every capture is full.
 	StateDir string
+	// UsageSource is where the usage reports' CPU and memory come from: UsageCgroup (when the
+	// cgroup can be read) or UsageProc (the default).
+	UsageSource string
 	// RunLogMaxBytes bounds the output kept per run, RunLogsMaxBytes all runs' together
 	// (sandbox/runlog; zero: its defaults, 128 MiB and 1 GiB). The logs live in StateDir/runs,
 	// or a private temporary directory without one.
@@ -141,6 +144,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.isolate(agentSocket); err != nil {
 		return fmt.Errorf("%w: cannot confine the agent: %v", ErrRefused, err)
 	}
+	r.routines.Go("usage reports", func(stop context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(stop, cancel)()
+		r.reportUsage(ctx)
+	})
 	backoff := r.cfg.MinBackoff
 	for {
 		served, err := r.connectAndServe(ctx)
@@ -272,6 +281,12 @@ func (r *Runner) reportRunExit(st protocol.RunStatus) {
 }
 
 func reportOn(sess *yamux.Session, st protocol.RunStatus) error {
+	return callOn(sess, protocol.OpRunExited, st)
+}
+
+// callOn opens a runner→controller operation on sess with args and reads the controller's
+// answer (one trailer).
+func callOn(sess *yamux.Session, op string, args any) error {
 	stream, err := sess.OpenStream()
 	if err != nil {
 		return err
@@ -280,11 +295,11 @@ func reportOn(sess *yamux.Session, st protocol.RunStatus) error {
 	// A deadline on a stream or a connection is on the wall clock, never the runner's Clock:
 	// yamux and the kernel compare it with real time, and a fake "now" would set it in the past.
 	_ = stream.SetDeadline(time.Now().Add(30 * time.Second))
-	raw, err := json.Marshal(st)
+	raw, err := json.Marshal(args)
 	if err != nil {
 		return err
 	}
-	if err := protocol.WriteJSON(stream, protocol.Header{Op: protocol.OpRunExited, Args: raw}); err != nil {
+	if err := protocol.WriteJSON(stream, protocol.Header{Op: op, Args: raw}); err != nil {
 		return err
 	}
 	var tr protocol.Trailer

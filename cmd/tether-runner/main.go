@@ -75,6 +75,7 @@ func main() {
 		RunLogMaxBytes:  *runLogMax,
 		RunLogsMaxBytes: *runLogsMax,
 		Confine:         policy,
+		UsageSource:     os.Getenv(protocol.EnvUsageSource),
 		ControllerURL:   os.Getenv(protocol.EnvControllerURL),
 		Token:           token,
 		AllocationID:    os.Getenv(protocol.EnvAllocationID),
@@ -96,6 +97,7 @@ func main() {
 		log.Error("runner stopped", "err", err)
 		os.Exit(1)
 	}
+	log.Info("runner stopped")
 }
 
 // withSelfOnPath puts the runner's own directory first on the PATH commands get, so agents can

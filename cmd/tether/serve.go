@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -30,6 +29,8 @@ type serveFlags struct {
 	forwardPorts                                     string
 	forwardLimits                                    forward.Limits
 	previewListen, previewDomain                     string
+	metricsListen                                    string
+	log                                              logFlags
 }
 
 func newServeCmd(c *cli) *cobra.Command {
@@ -43,27 +44,44 @@ func newServeCmd(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, nil))
+			if cfg.Logger, err = f.log.logger(c.stderr); err != nil {
+				return err
+			}
+			closeListeners := func() {
+				for _, l := range []net.Listener{cfg.PreviewListener, cfg.MetricsListener} {
+					if l != nil {
+						l.Close()
+					}
+				}
+			}
 			if f.previewListen != "" {
 				if cfg.PreviewListener, err = net.Listen("tcp", f.previewListen); err != nil {
 					return fmt.Errorf("--preview-listen %s: %w", f.previewListen, err)
 				}
 			}
+			if f.metricsListen != "" {
+				if cfg.MetricsListener, err = net.Listen("tcp", f.metricsListen); err != nil {
+					closeListeners()
+					return fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
+				}
+			}
 			srv, err := controller.New(cmd.Context(), cfg)
 			if err != nil {
-				if cfg.PreviewListener != nil {
-					cfg.PreviewListener.Close()
-				}
+				closeListeners()
 				return err
 			}
 			l, err := net.Listen("tcp", f.listen)
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", f.listen, err)
 			}
-			fmt.Fprintf(c.stderr, "tether controller on http://%s (data %s, operator token in %s)\n",
-				l.Addr(), cfg.DataDir, filepath.Join(cfg.DataDir, controller.OperatorTokenFile))
-			if pl := cfg.PreviewListener; pl != nil {
-				fmt.Fprintf(c.stderr, "tether previews on http://%s (hosts pv-ID.%s)\n", pl.Addr(), cfg.PreviewDomain)
+			// The banner is for a person at a terminal; with --log-format json every line is a
+			// JSON record (the same address is in "controller listening").
+			if strings.EqualFold(f.log.format, "text") {
+				fmt.Fprintf(c.stderr, "tether controller on http://%s (data %s, operator token in %s)\n",
+					l.Addr(), cfg.DataDir, filepath.Join(cfg.DataDir, controller.OperatorTokenFile))
+				if pl := cfg.PreviewListener; pl != nil {
+					fmt.Fprintf(c.stderr, "tether previews on http://%s (hosts pv-ID.%s)\n", pl.Addr(), cfg.PreviewDomain)
+				}
 			}
 			return srv.Serve(cmd.Context(), l)
 		},
@@ -103,6 +121,9 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().Int64Var(&f.forwardLimits.BytesPerSecond, "forward-bytes-per-second", 0, "bandwidth of the connections forwarded into one workspace, both ways together, in bytes per second (0: unlimited)")
 	cmd.Flags().StringVar(&f.previewListen, "preview-listen", "", "also serve preview links by host name on this address: pv-ID.DOMAIN reaches a link's service at / (with --preview-domain)")
 	cmd.Flags().StringVar(&f.previewDomain, "preview-domain", "", "domain of the preview listener's host names; its wildcard *.DOMAIN must resolve to it (localhost does in browsers)")
+	cmd.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "also serve GET /metrics without authentication on this address, for a private scrape network (the API listener's /metrics needs a token)")
+	cmd.Flags().StringVar(&f.log.format, "log-format", "text", "log format: text or json (one record per line)")
+	cmd.Flags().StringVar(&f.log.level, "log-level", "info", "least severe level logged: debug, info, warn or error")
 	cmd.Flags().StringArrayVar(&f.providerConfig, "provider-config", nil, "configure a provider plugin: NAME.KEY=VALUE, repeatable (see \"tether provider ls\")")
 	return cmd
 }

@@ -198,7 +198,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			}, append(append(checkpointRows(w), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
+			}, append(append(append(checkpointRows(w), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older
@@ -272,6 +272,17 @@ func sandboxRows(w api.Workspace) [][2]string {
 		rows = append(rows, [2]string{k, w.AllocationInfo[k]})
 	}
 	return rows
+}
+
+// usageRows are the latest usage the workspace's runner reported (none before its first report,
+// or when it is not connected).
+func usageRows(w api.Workspace) [][2]string {
+	u := w.Usage
+	if u == nil {
+		return nil
+	}
+	return [][2]string{{"CPU", fmt.Sprintf("%.1f%%", u.CPUPercent)}, {"Memory", humanBytes(u.MemoryBytes)},
+		{"Disk", humanBytes(u.DiskBytes)}, {"Sampled", u.SampledAt.Local().Format(time.RFC3339)}}
 }
 
 func gitRows(w api.Workspace) [][2]string {

@@ -58,6 +58,18 @@ type Workspace struct {
 	// from it, the base workspace pull compares both sides with.
 	SourceDir  string `json:"source_dir,omitempty"`
 	SourceBase string `json:"source_base,omitempty"`
+	// Usage is the latest resource usage the workspace's runner reported to the controller that
+	// answered (kept in its memory; absent until the first report, and when not connected).
+	Usage *WorkspaceUsage `json:"usage,omitempty"`
+}
+
+// WorkspaceUsage is a sample of a workspace's sandbox: CPU over the runner's last sampling
+// interval in percent of one CPU, memory in use, and the bytes its files take on disk.
+type WorkspaceUsage struct {
+	CPUPercent  float64   `json:"cpu_percent"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	DiskBytes   int64     `json:"disk_bytes"`
+	SampledAt   time.Time `json:"sampled_at"`
 }
 
 // UpdateWorkspaceRequest is the body of PATCH /v1/workspaces/{id}: each field set is changed.

@@ -216,6 +216,13 @@ func (h *Hub) CloseAll() {
 	}
 }
 
+// Len is the number of connections registered (runners connected here).
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
 // Streams is the number of streams open on every connection (see Conn.Streams).
 func (h *Hub) Streams() int {
 	h.mu.Lock()

@@ -1,7 +1,6 @@
 package providers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/tetherhq/tether/plugins/provider"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -31,15 +29,29 @@ type Set struct {
 	// options configure each provider by name (tether serve --provider-config NAME.KEY=VALUE).
 	options map[string]map[string]string
 	log     *slog.Logger
+	// restarted is told the name of each plugin started again after its process died.
+	restarted func(provider string)
 
 	mu      sync.Mutex
 	plugins map[string]*pluginHandle
 }
 
+// Option changes a Set from its defaults.
+type Option func(*Set)
+
+// OnRestart has fn told the provider's name whenever a plugin whose process died is started
+// again (the controller counts them).
+func OnRestart(fn func(provider string)) Option { return func(s *Set) { s.restarted = fn } }
+
 // New returns the set of the plugins in dir (tether-provider-<name>), each configured with a
-// state directory under stateDir and its options (by provider name).
-func New(dir, stateDir string, options map[string]map[string]string, log *slog.Logger) *Set {
-	return &Set{dir: dir, stateDir: stateDir, options: options, log: log, plugins: map[string]*pluginHandle{}}
+// state directory under stateDir and its options (by provider name). The plugins' own logs
+// (go-plugin's hclog) go to log too, with their provider's name (see slogHCLog).
+func New(dir, stateDir string, options map[string]map[string]string, log *slog.Logger, opts ...Option) *Set {
+	s := &Set{dir: dir, stateDir: stateDir, options: options, log: log, plugins: map[string]*pluginHandle{}, restarted: func(string) {}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Get returns the named provider, its plugin started and configured. The returned Provider
@@ -127,6 +139,8 @@ type pluginHandle struct {
 	mu         sync.Mutex
 	client     *provider.Client
 	configured bool
+	// died is set when the plugin's process was found dead: the next start is a restart.
+	died bool
 }
 
 var _ provider.Provider = (*pluginHandle)(nil)
@@ -141,18 +155,19 @@ func (h *pluginHandle) live(ctx context.Context, configure bool) (*provider.Clie
 			h.set.log.Warn("provider plugin is gone; restarting it", "provider", h.name, "pid", h.client.Pid(),
 				"err", err, "last_output", strings.Join(h.client.LastOutput(), "\n"))
 			h.client.Close()
-			h.client, h.configured = nil, false
+			h.client, h.configured, h.died = nil, false, true
 		}
 	}
 	if h.client == nil {
-		// Plugin chatter (start, exit) is debug detail; warnings and errors still show.
-		logger := hclog.New(&hclog.LoggerOptions{Name: "provider." + h.name, Output: os.Stderr,
-			Level: hclog.LevelFromString(cmp.Or(os.Getenv("TETHER_PLUGIN_LOG"), "warn"))})
-		c, err := provider.Open(ctx, h.path, logger)
+		c, err := provider.Open(ctx, h.path, h.set.pluginLogger(h.name))
 		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeProviderFailed, "provider %q: %v", h.name, err)
 		}
 		h.client = c
+		if h.died {
+			h.died = false
+			h.set.restarted(h.name)
+		}
 	}
 	if configure && !h.configured {
 		if err := os.MkdirAll(h.set.stateDir, 0o700); err != nil {
@@ -195,7 +210,7 @@ func (h *pluginHandle) failedLocked(c *provider.Client, op string, err error) er
 	h.set.log.Error("provider plugin died", "provider", h.name, "pid", c.Pid(), "op", op, "last_output", strings.Join(last, "\n"))
 	if h.client == c {
 		c.Close()
-		h.client, h.configured = nil, false
+		h.client, h.configured, h.died = nil, false, true
 	}
 	msg := fmt.Sprintf("provider %s: the plugin process died during %s (it is restarted on next use): %v", h.name, op, err)
 	if len(last) > 0 {

@@ -69,6 +69,7 @@ type hostile struct {
 	mu    sync.Mutex
 
 	floodOnce sync.Once
+	usageOnce sync.Once
 }
 
 func (h *hostile) report(v map[string]any) {
@@ -217,6 +218,54 @@ func (h *hostile) flood(sess *yamux.Session) {
 		"answered": answered.Load(), "refused": refused.Load(), "reset": reset.Load()})
 }
 
+// usageGarbage sends usage reports no sandbox could have (wrong types, numbers past any bound,
+// negative ones, not an object), then the same honest report six times in a row (a flood of
+// reports), and reports the controller's answers.
+func (h *hostile) usageGarbage(sess *yamux.Session) {
+	call := func(args string) *protocol.Error {
+		st, err := sess.OpenStream()
+		if err != nil {
+			return protocol.Errorf(protocol.CodeUnavailable, "%v", err)
+		}
+		defer st.Close()
+		_ = st.SetDeadline(time.Now().Add(30 * time.Second))
+		if err := protocol.WriteJSON(st, protocol.Header{Op: protocol.OpUsageReport, Args: json.RawMessage(args)}); err != nil {
+			return protocol.Errorf(protocol.CodeUnavailable, "%v", err)
+		}
+		var tr protocol.Trailer
+		if err := protocol.ReadJSON(st, &tr); err != nil {
+			return protocol.Errorf(protocol.CodeUnavailable, "%v", err)
+		}
+		return tr.Error
+	}
+	garbage := []string{
+		`{"cpu_percent":"lots"}`,
+		`{"cpu_percent":1e999}`,
+		`{"cpu_percent":-5,"memory_bytes":1,"disk_bytes":1}`,
+		`{"cpu_percent":1e12}`,
+		`{"memory_bytes":-1}`,
+		`{"disk_bytes":9223372036854775807}`,
+		`[1,2,3]`,
+	}
+	refused := 0
+	for _, g := range garbage {
+		if e := call(g); e != nil && e.Code == protocol.CodeInvalidArgument {
+			refused++
+		}
+	}
+	accepted, soon := 0, 0
+	for range 6 {
+		switch e := call(`{"cpu_percent":42.5,"memory_bytes":12345,"disk_bytes":4096}`); {
+		case e == nil:
+			accepted++
+		case e.Code == protocol.CodeInvalidArgument:
+			soon++
+		}
+	}
+	h.report(map[string]any{"mode": h.mode, "event": "usage", "garbage": len(garbage), "garbage_refused": refused,
+		"accepted": accepted, "refused_too_soon": soon})
+}
+
 func (h *hostile) serve(sess *yamux.Session) {
 	for {
 		st, err := sess.AcceptStream()
@@ -240,6 +289,9 @@ func (h *hostile) handle(st *yamux.Stream) {
 		_ = protocol.WriteJSON(st, protocol.Trailer{OK: true, Result: json.RawMessage(`{"path":".","name":".","type":"dir","mode":493}`)})
 		if h.mode == "flood" || h.mode == "flood-after-header" {
 			h.floodOnce.Do(func() { go h.flood(st.Session()) })
+		}
+		if h.mode == "usage-garbage" {
+			h.usageOnce.Do(func() { go h.usageGarbage(st.Session()) })
 		}
 	case protocol.OpSetEpoch:
 		h.epoch = max(h.epoch, hdr.Epoch)

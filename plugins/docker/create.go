@@ -187,6 +187,8 @@ func containerConfig(req provider.CreateRequest, opts map[string]string, runnerU
 		provider.EnvIsolation + "=" + provider.IsolationUID,
 		provider.EnvAgentUID + "=" + strconv.Itoa(uid),
 		provider.EnvAgentGID + "=" + strconv.Itoa(gid),
+		// The container is the sandbox's cgroup, and its own (a private cgroup namespace).
+		provider.EnvUsageSource + "=cgroup",
 	}
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)

@@ -52,7 +52,7 @@ func CheckRunnerBinary(path string) error {
 // reservedEnv are set by every provider itself; a request's Env may not override them.
 var reservedEnv = map[string]bool{
 	EnvControllerURL: true, EnvRunnerToken: true, EnvAllocationID: true, EnvWorkspaceID: true, EnvWorkspaceRoot: true,
-	EnvIsolation: true, EnvAgentUID: true, EnvAgentGID: true,
+	EnvIsolation: true, EnvAgentUID: true, EnvAgentGID: true, EnvUsageSource: true,
 }
 
 // CheckEnv refuses malformed variables and the ones the provider sets itself.

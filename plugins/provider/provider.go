@@ -216,6 +216,10 @@ const (
 	EnvIsolation = "TETHER_ISOLATION"
 	EnvAgentUID  = "TETHER_AGENT_UID"
 	EnvAgentGID  = "TETHER_AGENT_GID"
+	// EnvUsageSource tells the runner where to measure its sandbox's CPU and
+	// memory: "cgroup" when the sandbox is a cgroup of its own (a container),
+	// else (unset) its process tree in /proc.
+	EnvUsageSource = "TETHER_USAGE_SOURCE"
 )
 
 // IsolationUID (EnvIsolation): the runner runs agent processes as an

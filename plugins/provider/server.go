@@ -3,7 +3,9 @@ package provider
 import (
 	"context"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -31,6 +33,7 @@ func Serve(p Provider) {
 	})
 
 	go watchParent(logger, expectedParent())
+	go outliveSIGTERM(logger)
 
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake,
@@ -40,6 +43,20 @@ func Serve(p Provider) {
 	})
 	// plugin.Serve returns only when the host shut us down cleanly.
 	os.Exit(0)
+}
+
+// outliveSIGTERM keeps the plugin up through a SIGTERM: its host ends it (go-plugin's Kill once
+// the host is done with it, or the watchdog once the host is gone). A SIGTERM sent to the whole
+// process group — systemd stopping the service, kill -TERM -PGID — would otherwise end it
+// while the host is still draining (a provisioning may be destroying a sandbox through it), and
+// the host would log its exit as an error. go-plugin's Serve already does the same with SIGINT.
+// The signal is caught, not ignored: an ignored one would stay ignored in what the plugin runs.
+func outliveSIGTERM(logger hclog.Logger) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	for range ch {
+		logger.Debug("SIGTERM ignored: the host ends this plugin")
+	}
 }
 
 // expectedParent is the host's pid as the host told us, falling back to our
