@@ -61,6 +61,7 @@ async function listPage() {
     return;
   }
   const rows = list.map((ws) => {
+    const isolation = el("td", {}, (ws.allocation_info || {}).isolation || "…");
     const lease = el("td", {}, "…");
     const saved = el("td", { class: "last-save" }, "…");
     const tr = el("tr", { dataset: { ws: ws.id } },
@@ -68,22 +69,25 @@ async function listPage() {
       el("td", { class: "muted" }, ws.id),
       el("td", {}, stateBadge(ws.state)),
       el("td", {}, ws.provider),
-      el("td", {}, (ws.allocation_info || {}).isolation || "—"),
+      isolation,
       el("td", {}, ws.connected ? "yes" : "no"),
       el("td", { class: "num" }, String(ws.epoch)),
       lease, saved);
-    return { ws, tr, lease, saved };
+    return { ws, tr, isolation, lease, saved };
   });
   clear(main, el("div", { class: "row" }, el("h1", {}, "Workspaces"), el("button", { type: "button", id: "list-refresh", onclick: listPage }, "Refresh")),
     el("section", { class: "card" }, el("table", { id: "workspaces" },
       el("thead", {}, el("tr", {}, ["Name", "ID", "State", "Provider", "Isolation", "Connected", "Epoch", "Lease holder", "Last save"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.length ? rows.map((r) => r.tr) : el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No workspaces."))))));
-  // The lease and the last save are per workspace in the API: asked a few at a time.
+  // The sandbox's isolation, the lease and the last save are per workspace in the API: asked
+  // a few workspaces at a time.
   const queue = rows.slice();
   const worker = async () => {
     for (let r = queue.shift(); r; r = queue.shift()) {
       const base = `/v1/workspaces/${enc(r.ws.id)}`;
-      const [lease, snaps] = await Promise.all([getJSON(`${base}/lease`).catch(() => null), getJSON(`${base}/snapshots`).catch(() => null)]);
+      const [full, lease, snaps] = await Promise.all([getJSON(base).catch(() => null),
+        getJSON(`${base}/lease`).catch(() => null), getJSON(`${base}/snapshots`).catch(() => null)]);
+      r.isolation.textContent = (full && (full.allocation_info || {}).isolation) || "—";
       r.lease.textContent = lease ? lease.holder : "—";
       const last = Array.isArray(snaps) && snaps.length ? snaps.map((s) => s.created_at).sort().pop() : null;
       r.saved.textContent = fmtTime(last);
