@@ -155,7 +155,13 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *hub.Conn) {
 // status to send them with: live and saved reads answer alike.
 func writeReadHeaders(w http.ResponseWriter, reply protocol.FsReadReply, ranged bool) int {
 	h := w.Header()
+	// A workspace's file is the agent's bytes: never a page of the controller's origin, however
+	// a browser came to load it (sniffed, rendered, or running scripts with the console's
+	// session).
 	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", "attachment")
+	h.Set("Content-Security-Policy", "sandbox")
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Last-Modified", reply.Info.MTime.UTC().Format(http.TimeFormat))
 	h.Set(HeaderSize, strconv.FormatInt(reply.Info.Size, 10))

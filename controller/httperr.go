@@ -10,23 +10,24 @@ import (
 )
 
 var httpStatus = map[protocol.Code]int{
-	protocol.CodeInvalidArgument: http.StatusBadRequest,
-	protocol.CodePathEscape:      http.StatusBadRequest,
-	protocol.CodeSymlinkRefused:  http.StatusBadRequest,
-	protocol.CodeNotDirectory:    http.StatusBadRequest,
-	protocol.CodeNotFound:        http.StatusNotFound,
-	protocol.CodeExists:          http.StatusConflict,
-	protocol.CodeConflict:        http.StatusConflict,
-	protocol.CodeStaleEpoch:      http.StatusConflict,
-	protocol.CodeLeaseHeld:       http.StatusLocked,
-	protocol.CodeUnauthorized:    http.StatusUnauthorized,
-	protocol.CodeRevoked:         http.StatusForbidden,
-	protocol.CodeUnsupported:     http.StatusNotImplemented,
-	protocol.CodeUnavailable:     http.StatusServiceUnavailable,
-	protocol.CodeTimeout:         http.StatusGatewayTimeout,
-	protocol.CodeInvalidPath:     http.StatusBadRequest,
-	protocol.CodeTooLarge:        http.StatusRequestEntityTooLarge,
-	protocol.CodeInvalidRange:    http.StatusRequestedRangeNotSatisfiable,
+	protocol.CodeInvalidArgument:  http.StatusBadRequest,
+	protocol.CodePathEscape:       http.StatusBadRequest,
+	protocol.CodeSymlinkRefused:   http.StatusBadRequest,
+	protocol.CodeNotDirectory:     http.StatusBadRequest,
+	protocol.CodeNotFound:         http.StatusNotFound,
+	protocol.CodeExists:           http.StatusConflict,
+	protocol.CodeConflict:         http.StatusConflict,
+	protocol.CodeStaleEpoch:       http.StatusConflict,
+	protocol.CodeLeaseHeld:        http.StatusLocked,
+	protocol.CodeUnauthorized:     http.StatusUnauthorized,
+	protocol.CodeRevoked:          http.StatusForbidden,
+	protocol.CodePermissionDenied: http.StatusForbidden,
+	protocol.CodeUnsupported:      http.StatusNotImplemented,
+	protocol.CodeUnavailable:      http.StatusServiceUnavailable,
+	protocol.CodeTimeout:          http.StatusGatewayTimeout,
+	protocol.CodeInvalidPath:      http.StatusBadRequest,
+	protocol.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	protocol.CodeInvalidRange:     http.StatusRequestedRangeNotSatisfiable,
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -41,6 +42,7 @@ func writeError(w http.ResponseWriter, err error) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/console"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -86,6 +87,10 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarge
 			pr.Out.Header.Del("Forwarded")
 			if t.prefix != "" {
 				pr.Out.Header.Set("X-Forwarded-Prefix", t.prefix)
+			}
+			// The console's session is the controller's too (the app is not even told of it).
+			if console.HasCookie(pr.Out) {
+				dropCookie(pr.Out, console.CookieName)
 			}
 			if !t.preview || tetherCredential(pr.Out.Header.Get("Authorization")) {
 				// A Tether credential is the controller's, never the app's.

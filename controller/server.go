@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
+	"github.com/tetherhq/tether/controller/console"
 	"github.com/tetherhq/tether/controller/forward"
 	"github.com/tetherhq/tether/controller/gitsource"
 	"github.com/tetherhq/tether/controller/hub"
@@ -111,15 +112,18 @@ type Server struct {
 	hub           *hub.Hub
 	providers     *providers.Set
 	operatorToken string
-	advertise     string
-	runnerSocket  string // host path of the unix socket runners may dial ("" without one)
-	blobs         blob.Store
-	identity      *age.X25519Identity
-	encrypt       bool
-	projects      *project.Projects
-	archives      savedcopy.Archives
-	savedIndexes  *savedcopy.Indexes // saved-copy read indexes, built once per receipt
-	gcMu          sync.Mutex
+	// consoleSessions are the web console's signed-in browsers (in memory: a restart signs
+	// them out).
+	consoleSessions *console.Sessions
+	advertise       string
+	runnerSocket    string // host path of the unix socket runners may dial ("" without one)
+	blobs           blob.Store
+	identity        *age.X25519Identity
+	encrypt         bool
+	projects        *project.Projects
+	archives        savedcopy.Archives
+	savedIndexes    *savedcopy.Indexes // saved-copy read indexes, built once per receipt
+	gcMu            sync.Mutex
 	// gcStep, when set (tests), is called after each step of a reclaim; an error stops the
 	// sweep there, as a crash would.
 	gcStep   func(step string) error
@@ -245,7 +249,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		blobs: blobs, identity: identity, encrypt: encrypt, dataLock: lock,
 		routines: routines, ctx: routines.Context(),
 		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
-		forwards: forward.NewLimiter(cfg.ForwardLimits),
+		forwards:        forward.NewLimiter(cfg.ForwardLimits),
+		consoleSessions: console.NewSessions(cfg.Clock, 0, 0),
 	}
 	s.members = peer.NewMembership(st, store.Member{ID: s.id, Address: cfg.PeerURL, Version: cfg.Version, StartedAt: s.now()},
 		cfg.Membership, cfg.Clock, cfg.Logger)
@@ -303,6 +308,10 @@ func (s *Server) Handler() http.Handler {
 	// Preview links carry their own token, not the operator's: outside /v1/ and its auth.
 	mux.Handle("/p/{token}/{path...}", s.counted(http.HandlerFunc(s.handlePreviewPath)))
 	mux.HandleFunc("/p/{token}", redirectSlash)
+	// The web console: its page, and sign-in to a session the /v1 routes accept (consoleauth.go).
+	ui := s.consoleHandler()
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
 	mux.Handle("GET /metrics", s.requireOperator(s.requireUnlimited(s.metrics.Handler())))
 	return s.observe(mux, func(r *http.Request) string {
 		_, pattern := mux.Handler(r)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/console"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
@@ -36,19 +37,36 @@ func errWrongToken() error {
 }
 
 // authenticate finds who a REST call is from: the operator token, or a live API token (neither
-// revoked nor expired by the controller's clock).
+// revoked nor expired by the controller's clock), as a bearer token; without one, the web
+// console's session cookie (consoleauth.go).
 func (s *Server) authenticate(r *http.Request) (principal, error) {
 	t := bearer(r)
+	if t == "" && console.HasCookie(r) {
+		return s.sessionPrincipal(r)
+	}
+	p, _, err := s.tokenPrincipal(r.Context(), t)
+	return p, err
+}
+
+// tokenPrincipal checks a token and returns who it is, with the subject a console session
+// remembers it by: "operator", or "api:" and the API token's hash.
+func (s *Server) tokenPrincipal(ctx context.Context, t string) (principal, string, error) {
 	if t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.operatorToken)) == 1 {
-		return principal{}, nil
+		return principal{}, subjectOperator, nil
 	}
 	if !strings.HasPrefix(t, prefixAPI) {
-		return principal{}, errWrongToken()
+		return principal{}, "", errWrongToken()
 	}
 	// Looked up by its hash: the store holds no secret, and the index lookup learns nothing
 	// about the secret from how long it takes.
 	hash := hashToken(t)
-	tok, err := s.store.TokenByHash(r.Context(), hash)
+	p, err := s.apiTokenPrincipal(ctx, hash)
+	return p, subjectAPI + hash, err
+}
+
+// apiTokenPrincipal is who the API token of that hash is, if it is live.
+func (s *Server) apiTokenPrincipal(ctx context.Context, hash string) (principal, error) {
+	tok, err := s.store.TokenByHash(ctx, hash)
 	if protocol.CodeOf(err) == protocol.CodeNotFound {
 		return principal{}, errWrongToken()
 	}
