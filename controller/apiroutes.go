@@ -108,6 +108,17 @@ func frontOps() []openapi.Op {
 			Summary:    "Redirects to /p/{token}/",
 			PathParams: []openapi.Param{{Name: "token", Description: "the preview link's secret"}},
 			Responses:  []openapi.Response{redirect("to the link with a trailing slash")}, NoErrors: true},
+		{Pattern: "GET /metrics", ID: "metrics", Tag: "meta",
+			Summary:     "Prometheus metrics",
+			Description: "The controller's metrics in the Prometheus text format. Needs the operator token or an API token not limited to workspaces (the metrics span every workspace); `tether serve --metrics-listen ADDR` also serves them without a token on a listener of their own.",
+			Responses:   []openapi.Response{{Status: http.StatusOK, Media: []string{"text/plain"}}}},
+		{Pattern: "/ui", ID: "consoleBare", Tag: "console", Auth: openapi.None,
+			Summary:   "Redirects to /ui/",
+			Responses: []openapi.Response{redirect("to the console with a trailing slash")}, NoErrors: true},
+		{Pattern: "/ui/", ID: "console", Tag: "console", Auth: openapi.None,
+			Summary:     "The web console",
+			Description: "The console's embedded page and its sign-in: POST /ui/session trades a token (JSON) for an HttpOnly, SameSite=Strict session cookie and a secret the page sends as X-Tether-CSRF on every /v1 call it makes; DELETE /ui/session signs out. Not a REST API: described here so every registered route is.",
+			Responses:   []openapi.Response{{Status: http.StatusOK, Media: []string{"text/html", "text/javascript", "text/css", "application/json"}}}},
 	}
 }
 

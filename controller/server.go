@@ -279,8 +279,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // OperatorToken is the local bootstrap credential of the REST API (API tokens are the others).
 func (s *Server) OperatorToken() string { return s.operatorToken }
 
-// Handler is the controller's HTTP API.
+// Handler is the controller's HTTP API, each request logged and counted by the pattern it
+// reached (see observe).
 func (s *Server) Handler() http.Handler {
+	mux, op := s.apiMux()
+	return s.observe(mux, func(r *http.Request) string {
+		_, pattern := mux.Handler(r)
+		if pattern == "/v1/" {
+			_, pattern = op.Handler(r)
+		}
+		return pattern
+	})
+}
+
+// apiMux is every route the controller serves: the front mux, and the operator API mounted in
+// it at /v1/.
+func (s *Server) apiMux() (*routeMux, *http.ServeMux) {
 	mux := newRouteMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		// A controller cut off from the store is no use to a balancer: it holds no runner and
@@ -313,13 +327,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/ui", ui)
 	mux.Handle("/ui/", ui)
 	mux.Handle("GET /metrics", s.requireOperator(s.requireUnlimited(s.metrics.Handler())))
-	return s.observe(mux, func(r *http.Request) string {
-		_, pattern := mux.Handler(r)
-		if pattern == "/v1/" {
-			_, pattern = op.Handler(r)
-		}
-		return pattern
-	})
+	return mux, op
 }
 
 // routes is the operator API: every route with who may call it (see routeScope).
