@@ -163,14 +163,25 @@ func TestComposeStack(t *testing.T) {
 	if err := os.Chown(data, controllerUID, controllerUID); err != nil {
 		t.Fatal(err)
 	}
-	sock, err := os.Stat("/var/run/docker.sock")
+	// The stack mounts the daemon's socket into the controller: the one DOCKER_HOST names, if a
+	// local one, else the default.
+	sockPath := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		p, ok := strings.CutPrefix(h, "unix://")
+		if !ok {
+			t.Skipf("DOCKER_HOST=%s is not a local socket, which the stack mounts into the controller", h)
+		}
+		sockPath = p
+	}
+	sock, err := os.Stat(sockPath)
 	if err != nil {
-		t.Skipf("the stack mounts the Docker socket at /var/run/docker.sock: %v", err)
+		t.Skipf("the stack mounts the Docker socket %s: %v", sockPath, err)
 	}
 	s := &composeStack{t: t, project: "tethertest" + randomHex(t, 6), env: []string{
 		"TETHER_POSTGRES_PASSWORD=" + randomHex(t, 16),
 		"TETHER_S3_SECRET_KEY=" + randomHex(t, 16),
 		"TETHER_DOCKER_GID=" + groupOf(sock),
+		"TETHER_DOCKER_SOCKET=" + sockPath,
 		"TETHER_DATA_DIR=" + data,
 		"TETHER_PUBLISH=127.0.0.1:", // a free port, on loopback only
 		"TETHER_POSTGRES_IMAGE=tether-postgres:dev",
