@@ -16,7 +16,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ \
-	./cmd/tether ./cmd/tether-runner ./cmd/tether-provider-local
+	./cmd/tether ./cmd/tether-runner ./cmd/tether-provider-local ./cmd/tether-provider-docker
 
 # Root filesystems for both images: busybox with a symlink per applet, /tmp, CA certificates
 # (runners may dial an https controller) and a passwd naming the controller's unprivileged user.
@@ -48,14 +48,17 @@ ENV PATH=/bin
 WORKDIR /workspace
 CMD ["/tether-runner"]
 
-# The controller with the local provider and the runner it starts (found next to /tether).
-# Busybox gives local-provider workspaces a shell. It runs as an unprivileged user; /data is its.
+# The controller with its providers (found next to /tether): Docker, for a controller given the
+# host's Docker socket (deploy/compose), and local with the runner it starts, which in a container
+# runs only with isolation=none (README, "Running it for real"). It runs as an unprivileged user;
+# /data is its. The data directory comes from TETHER_DATA, so a deployment can move it (the
+# Docker provider needs it at the same path on the host and in the container).
 FROM scratch AS controller
 COPY --from=rootfs /rootfs/controller/ /
-COPY --from=build /out/tether /out/tether-provider-local /out/tether-runner /
+COPY --from=build /out/tether /out/tether-provider-local /out/tether-provider-docker /out/tether-runner /
 ENV PATH=/bin TETHER_DATA=/data TETHER_ADDR=http://127.0.0.1:7420
 USER 65532:65532
 WORKDIR /data
 VOLUME /data
 EXPOSE 7420
-ENTRYPOINT ["/tether", "serve", "--listen", "0.0.0.0:7420", "--data", "/data"]
+ENTRYPOINT ["/tether", "serve", "--listen", "0.0.0.0:7420"]
