@@ -236,6 +236,28 @@ func TestConsoleCookieSecureOverTLS(t *testing.T) {
 	if rec.Code != http.StatusOK || len(cs) != 1 || !cs[0].Secure || !cs[0].HttpOnly {
 		t.Fatalf("sign-in over TLS: %d %v", rec.Code, rec.Header()["Set-Cookie"])
 	}
+
+	// Behind a proxy that ends TLS (deploy/README.md): the browser's origin is https://, the
+	// request reaches the controller over http and the proxy says so.
+	req = httptest.NewRequest("POST", "http://ctl.example/ui/session", strings.NewReader(`{"token":"`+tc.s.OperatorToken()+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://ctl.example")
+	req.Header.Set("X-Forwarded-Proto", "https")
+	rec = httptest.NewRecorder()
+	tc.s.Handler().ServeHTTP(rec, req)
+	cs = rec.Result().Cookies()
+	if rec.Code != http.StatusOK || len(cs) != 1 || !cs[0].Secure {
+		t.Fatalf("sign-in behind a TLS proxy: %d %s %v", rec.Code, rec.Body, rec.Header()["Set-Cookie"])
+	}
+	// Another host's page is still refused.
+	req = httptest.NewRequest("POST", "http://ctl.example/ui/session", strings.NewReader(`{"token":"`+tc.s.OperatorToken()+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://evil.example")
+	rec = httptest.NewRecorder()
+	tc.s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("sign-in from another host: %d", rec.Code)
+	}
 }
 
 // An API token's sessions end with it (revoked, or expired by the controller's clock), and a

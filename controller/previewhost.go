@@ -62,13 +62,29 @@ func (s *Server) previewHost() http.Handler {
 	}))
 }
 
-// dropCookie removes the cookie named name from r, keeping the others (the app's own).
+// dropCookie removes the cookie named name from r, keeping the others (the app's own) byte for
+// byte: the Cookie header is split on its separators, not parsed, so a value net/http would call
+// invalid (a JSON value with quotes) still reaches the app.
 func dropCookie(r *http.Request, name string) {
-	cookies := r.Cookies()
-	r.Header.Del("Cookie")
-	for _, c := range cookies {
-		if c.Name != name {
-			r.AddCookie(c)
+	lines := r.Header.Values("Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	var kept []string
+	for _, line := range lines {
+		for pair := range strings.SplitSeq(line, ";") {
+			pair = strings.TrimSpace(pair)
+			if pair == "" {
+				continue
+			}
+			if k, _, _ := strings.Cut(pair, "="); strings.TrimSpace(k) == name {
+				continue
+			}
+			kept = append(kept, pair)
 		}
+	}
+	r.Header.Del("Cookie")
+	if len(kept) > 0 {
+		r.Header.Set("Cookie", strings.Join(kept, "; "))
 	}
 }

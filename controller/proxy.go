@@ -26,8 +26,10 @@ import (
 // Clear-Site-Data would wipe what the browser keeps for the origin (other previews' cookies and
 // storage).
 // Strict-Transport-Security and Alt-Svc would bind the controller's host (and, with
-// includeSubDomains, every preview host under it) to what the app says.
-var proxyStripped = []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc"}
+// includeSubDomains, every preview host under it) to what the app says. Cross-Origin-Opener-Policy
+// equal to the console's (same-origin) would keep an app's page and a console window it opens in
+// one browsing context group, handing it the console's window and its session secret.
+var proxyStripped = []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "Cross-Origin-Opener-Policy"}
 
 // tetherCredential says whether an Authorization header carries a Tether token (the operator's or
 // an API token): never the app's to see, whichever way the request came in.

@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"github.com/tetherhq/tether/controller/console"
 	"io"
 	"net"
 	"net/http"
@@ -319,5 +320,38 @@ func TestProxyScopesCookiesToThePrefix(t *testing.T) {
 	}
 	if c := got[0]; c.Name != "session" || !c.HttpOnly {
 		t.Errorf("attributes lost: %+v", c)
+	}
+}
+
+// Guards against: an app on the controller's origin joining the console's browsing context group
+// (its Cross-Origin-Opener-Policy equal to the console's, so a console window it opens is its to
+// script) or being handed the console's session cookie; and the app's own cookies, even ones
+// net/http would call invalid, dropped on the way.
+func TestProxyKeepsTheConsoleAway(t *testing.T) {
+	tc := newTestController(t)
+	ws, _ := reachFixture(t, tc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cross-Origin-Opener-Policy", "same-origin")
+		w.Header().Set("Clear-Site-Data", `"*"`)
+		io.WriteString(w, r.Header.Get("Cookie"))
+	}))
+	req, _ := http.NewRequest(http.MethodGet, tc.url+"/v1/workspaces/"+ws.ID+"/services/web/proxy/", nil)
+	req.Header.Set("Authorization", protocol.Bearer(tc.s.OperatorToken()))
+	req.Header.Set("Cookie", `app={"a":"b"}; `+console.CookieName+`=tcs_secret; theme=dark`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("proxy answered %d: %s", resp.StatusCode, body)
+	}
+	for _, h := range []string{"Cross-Origin-Opener-Policy", "Clear-Site-Data"} {
+		if v := resp.Header.Get(h); v != "" {
+			t.Errorf("the app's %s: %s reached the browser", h, v)
+		}
+	}
+	if got, want := string(body), `app={"a":"b"}; theme=dark`; got != want {
+		t.Errorf("the app was sent Cookie %q; want %q", got, want)
 	}
 }

@@ -26,6 +26,11 @@ func (s *Server) usageReport(c *hub.Conn, h protocol.Header) protocol.Trailer {
 		s.strike(c, err.Error())
 		return protocol.Trailer{Error: protocol.AsError(err)}
 	}
+	// Operations outlive their connection: a report read as the runner went away is not kept
+	// (its series would outlive the disconnect that dropped them).
+	if live, ok := s.hub.Get(c.AllocationID); !ok || live != c {
+		return protocol.Trailer{Error: protocol.Errorf(protocol.CodeUnavailable, "usage report: the runner's connection has ended")}
+	}
 	if err := s.metrics.SetUsage(c.AllocationID, c.WorkspaceID, u, s.now()); err != nil {
 		return protocol.Trailer{Error: protocol.AsError(err)}
 	}

@@ -62,6 +62,9 @@ func (c *cli) dataDir() string {
 type target struct {
 	addr, token string
 	context     string // the context they came from, if one did
+	// fromContext: the address is the context's, so a local data dir's operator token must not
+	// be sent to it (it may be another machine's controller, over plain http).
+	fromContext bool
 }
 
 // target resolves where to call and with what: each of address and token from its flag, else
@@ -77,7 +80,7 @@ func (c *cli) target() (target, error) {
 	if ok {
 		t.context = ctx.Name
 		if t.addr == "" {
-			t.addr = ctx.Addr
+			t.addr, t.fromContext = ctx.Addr, true
 			if t.token == "" {
 				if t.token, err = contextToken(ctx); err != nil {
 					return target{}, err
@@ -99,6 +102,10 @@ func (c *cli) client() (*client.Client, error) {
 		return nil, err
 	}
 	addr, token := t.addr, t.token
+	if token == "" && t.fromContext {
+		return nil, protocol.Errorf(protocol.CodeUnauthorized,
+			"context %q has no token: give it one (tether context set %s --token-file FILE), or set TETHER_TOKEN", t.context, t.context)
+	}
 	if token == "" {
 		path := filepath.Join(c.dataDir(), controller.OperatorTokenFile)
 		b, err := os.ReadFile(path)

@@ -187,3 +187,26 @@ func TestConfigPath(t *testing.T) {
 		t.Errorf("TETHER_CONFIG ignored: %s", got)
 	}
 }
+
+// A context with an address and no token never gets the local data dir's operator token: that
+// controller may be another machine's, reached over plain http.
+func TestContextWithoutTokenKeepsTheOperatorTokenHome(t *testing.T) {
+	path := contextEnv(t)
+	cfg := &cliconfig.Config{Current: "far", Contexts: []cliconfig.Context{{Name: "far", Addr: "http://far.example:7420"}}}
+	if err := cfg.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "operator.token"), []byte("top_local\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{data: data}
+	if _, err := c.client(); protocol.CodeOf(err) != protocol.CodeUnauthorized || !strings.Contains(err.Error(), `context "far" has no token`) {
+		t.Fatalf("client() for a token-less context: %v", err)
+	}
+	// The data dir's token still serves the default address.
+	t.Setenv("TETHER_CONFIG", filepath.Join(t.TempDir(), "none.yaml"))
+	if _, err := c.client(); err != nil {
+		t.Fatalf("client() with no context: %v", err)
+	}
+}

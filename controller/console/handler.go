@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -110,11 +111,10 @@ func sameOrigin(r *http.Request) error {
 	if origin == "" {
 		return nil // not a browser's cross-site request (curl, the tests' clients)
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if origin != scheme+"://"+r.Host {
+	// The host alone is compared: behind a TLS-terminating proxy the browser's origin is
+	// https:// while the request reaches the controller over http.
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.EqualFold(u.Host, r.Host) {
 		return protocol.Errorf(protocol.CodePermissionDenied, "sign-in from another origin (%s) is refused", origin)
 	}
 	return nil
@@ -153,7 +153,7 @@ func (cfg Config) signIn(w http.ResponseWriter, r *http.Request) {
 		cfg.WriteError(w, err)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sess.ID, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sess.ID, Path: "/", HttpOnly: true, Secure: overTLS(r),
 		SameSite: http.SameSiteStrictMode, Expires: sess.Expires, MaxAge: int(sess.Expires.Sub(sess.Created).Seconds())})
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(SignInResult{CSRF: sess.CSRF, Principal: sess.Name, ExpiresAt: sess.Expires})
@@ -169,7 +169,13 @@ func (cfg Config) signOut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg.Sessions.Delete(sess.ID)
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: overTLS(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// overTLS says whether the browser reached the controller over TLS: its own, or a proxy's in
+// front of it that says so (a false claim only keeps the cookie from being stored over http).
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }

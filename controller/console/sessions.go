@@ -22,8 +22,11 @@ const (
 	HeaderCSRF = "X-Tether-CSRF"
 	// DefaultTTL is how long a session lasts from sign-in.
 	DefaultTTL = 12 * time.Hour
-	// DefaultMax bounds the sessions held at once; a sign-in beyond it is refused.
+	// DefaultMax bounds the sessions held at once; a sign-in beyond it ends the oldest.
 	DefaultMax = 10000
+	// PerSubject bounds the sessions of one subject (one token): a sign-in beyond it ends that
+	// subject's oldest, so no token holder can fill the set and lock others out.
+	PerSubject = 32
 
 	prefixSession = "tcs_"
 )
@@ -79,21 +82,52 @@ func key(id string) string {
 	return hex.EncodeToString(s[:])
 }
 
-// Create starts a session for subject.
+// Create starts a session for subject. It never refuses: past PerSubject the subject's oldest
+// session ends, past the set's bound the oldest of all.
 func (s *Sessions) Create(subject, name string) (Session, error) {
 	now := s.clock.Now().UTC()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.countLocked(subject) >= PerSubject {
+		s.dropOldestLocked(subject)
+	}
 	if len(s.m) >= s.max {
 		s.sweepLocked(now)
 	}
 	if len(s.m) >= s.max {
-		return Session{}, protocol.Errorf(protocol.CodeUnavailable, "%d console sessions are open, the most this controller holds; sign out elsewhere or wait for sessions to expire", s.max)
+		s.dropOldestLocked("")
 	}
 	sess := Session{ID: randomSecret(prefixSession), CSRF: randomSecret(""), Subject: subject, Name: name,
 		Created: now, Expires: now.Add(s.ttl)}
 	s.m[key(sess.ID)] = sess
 	return sess, nil
+}
+
+func (s *Sessions) countLocked(subject string) int {
+	n := 0
+	for _, v := range s.m {
+		if v.Subject == subject {
+			n++
+		}
+	}
+	return n
+}
+
+// dropOldestLocked ends the oldest session of subject ("": of anyone).
+func (s *Sessions) dropOldestLocked(subject string) {
+	oldest := ""
+	var at time.Time
+	for k, v := range s.m {
+		if subject != "" && v.Subject != subject {
+			continue
+		}
+		if oldest == "" || v.Created.Before(at) {
+			oldest, at = k, v.Created
+		}
+	}
+	if oldest != "" {
+		delete(s.m, oldest)
+	}
 }
 
 // sweepLocked drops the expired sessions.
@@ -144,17 +178,25 @@ func HasCookie(r *http.Request) bool {
 // secret in HeaderCSRF (compared in constant time): unauthorized when the session is unknown,
 // ended or expired; permission_denied when the secret is missing or wrong.
 func (s *Sessions) FromRequest(r *http.Request) (Session, error) {
-	c, err := r.Cookie(CookieName)
-	if err != nil {
+	// Every cookie of the name is tried: another page of the origin may set one of its own on a
+	// longer path, which the browser sends first.
+	got := r.Header.Get(HeaderCSRF)
+	var live *Session
+	for _, c := range r.CookiesNamed(CookieName) {
+		sess, ok := s.Get(c.Value)
+		if !ok {
+			continue
+		}
+		if got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) == 1 {
+			return sess, nil
+		}
+		live = &sess
+	}
+	if len(r.CookiesNamed(CookieName)) == 0 {
 		return Session{}, protocol.Errorf(protocol.CodeUnauthorized, "no console session: sign in at /ui/")
 	}
-	sess, ok := s.Get(c.Value)
-	if !ok {
+	if live == nil {
 		return Session{}, protocol.Errorf(protocol.CodeUnauthorized, "the console session ended (signed out, expired, or the controller restarted): sign in again at /ui/")
 	}
-	got := r.Header.Get(HeaderCSRF)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) != 1 {
-		return Session{}, protocol.Errorf(protocol.CodePermissionDenied, "a request with the console's session cookie must carry the session's %s header", HeaderCSRF)
-	}
-	return sess, nil
+	return Session{}, protocol.Errorf(protocol.CodePermissionDenied, "a request with the console's session cookie must carry the session's %s header", HeaderCSRF)
 }

@@ -233,3 +233,28 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		}
 	}
 }
+
+// A workspace whose old allocation's report landed after its disconnect and whose new one
+// reports too still scrapes: one series per workspace (two would fail the whole scrape), the
+// newest report's.
+func TestUsageOfAReplacedAllocationScrapes(t *testing.T) {
+	m := New(func() int { return 0 })
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if err := m.SetUsage("al_old", "ws_1", protocol.UsageReport{MemoryBytes: 1}, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUsage("al_new", "ws_1", protocol.UsageReport{MemoryBytes: 2}, at.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("scrape answered %d: %s", rec.Code, rec.Body)
+	}
+	if v, ok := value(t, scrape(t, m), WorkspaceMemory.Name, map[string]string{"workspace": "ws_1"}); !ok || v != 2 {
+		t.Fatalf("%s{workspace=ws_1} = %v, %v; want the newest report's 2", WorkspaceMemory.Name, v, ok)
+	}
+	if _, ok := m.Usage("al_old"); ok {
+		t.Fatal("the replaced allocation's usage is still kept")
+	}
+}

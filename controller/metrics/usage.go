@@ -62,7 +62,15 @@ func (t *usageTable) Describe(ch chan<- *prometheus.Desc) {
 func (t *usageTable) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// SetUsage keeps one entry per workspace; the newest is taken here as well, so a scrape never
+	// gathers two series of one workspace whatever the table holds.
+	newest := map[string]usageEntry{}
 	for _, e := range t.m {
+		if n, ok := newest[e.workspace]; !ok || e.usage.SampledAt.After(n.usage.SampledAt) {
+			newest[e.workspace] = e
+		}
+	}
+	for _, e := range newest {
 		ch <- prometheus.MustNewConstMetric(t.cpu, prometheus.GaugeValue, e.usage.CPUPercent, e.workspace)
 		ch <- prometheus.MustNewConstMetric(t.mem, prometheus.GaugeValue, float64(e.usage.MemoryBytes), e.workspace)
 		ch <- prometheus.MustNewConstMetric(t.disk, prometheus.GaugeValue, float64(e.usage.DiskBytes), e.workspace)
@@ -97,6 +105,13 @@ func (m *Metrics) SetUsage(allocation, workspace string, r protocol.UsageReport,
 		m.UsageRefused()
 		return protocol.Errorf(protocol.CodeInvalidArgument, "usage report %s after the last: reports come at most once a %s",
 			at.Sub(last.usage.SampledAt), MinReportInterval)
+	}
+	// One entry per workspace: a report of an older allocation that raced its runner's
+	// disconnect would otherwise make two series of one workspace, and a scrape fails on those.
+	for k, e := range t.m {
+		if e.workspace == workspace && k != allocation {
+			delete(t.m, k)
+		}
 	}
 	t.m[allocation] = usageEntry{workspace: workspace, usage: Usage{CPUPercent: r.CPUPercent, MemoryBytes: r.MemoryBytes,
 		DiskBytes: r.DiskBytes, SampledAt: at}}

@@ -158,7 +158,10 @@ export class FilesPanel {
         // an SVG shown by an <img> runs no script.
         const url = URL.createObjectURL(new Blob([blob], { type: IMAGE_TYPES[ext] }));
         const img = el("img", { id: "preview-image", alt: name, src: url });
+        // Revoked however it ends: a blob URL left alive (an image that failed to decode) could
+        // be opened in a tab of the console's origin.
         img.addEventListener("load", () => URL.revokeObjectURL(url), { once: true });
+        img.addEventListener("error", () => URL.revokeObjectURL(url), { once: true });
         clear(this.preview, el("h2", {}, name, " ", el("span", { class: "muted" }, `(${sourceLabel(src)})`)), img);
         return;
       }
