@@ -34,6 +34,8 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
+require github.com/getkin/kin-openapi v0.153.0 // indirect
+
 require (
 	dario.cat/mergo v1.0.0 // indirect
 	filippo.io/hpke v0.4.0 // indirect
