@@ -14,12 +14,19 @@ import (
 const keyEnv = "TETHER_TEST_DAYTONA_KEY"
 
 // newFake starts a FAKE Daytona API (plugins/daytona/fake) and puts its key
-// in the environment the plugin inherits.
+// in the environment the plugin inherits. Every request the provider sends
+// and every answer the fake gives is checked against Daytona's published
+// spec (spec_test.go); a violation fails the test.
 func newFake(t *testing.T) *fake.Server {
 	t.Helper()
 	key := "fake-key-" + t.Name()
 	t.Setenv(keyEnv, key)
-	return fake.New(t, t.TempDir(), key)
+	s := mustSpecs(t)
+	return fake.New(t, t.TempDir(), key, fake.Observe(func(ex fake.Exchange) {
+		if err := s.check(ex); err != nil {
+			t.Errorf("Daytona spec violation: %v", err)
+		}
+	}))
 }
 
 // The Daytona provider passes the provider contract through its real
