@@ -1,6 +1,7 @@
 package daytona_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tetherhq/tether/plugins/daytona/fake"
@@ -39,13 +40,16 @@ func TestProviderContract(t *testing.T) {
 		return providertest.OpenPlugin(t, bin)
 	}, providertest.Env{
 		Config: provider.Config{StateDir: t.TempDir(), Options: map[string]string{
-			"api_url": f.URL(), "api_key_env": keyEnv, "target": "eu", "auto_archive_interval": "60",
+			"api_url": f.URL(), "api_key_env": keyEnv, "target": "eu", "auto_archive_interval": "60", "image": "ubuntu:24.04",
 		}},
 		BadConfigs: []provider.Config{
 			{Options: map[string]string{"api_url": "ftp://example.invalid"}},
 			{Options: map[string]string{"api_key_env": "lower-case"}},
 			{Options: map[string]string{"auto_delete_interval": "-5"}},
 			{Options: map[string]string{"cpus": "1.5"}},
+			// Daytona takes resources only with an image.
+			{Options: map[string]string{"cpus": "2"}},
+			{Options: map[string]string{"snapshot": "s", "image": "i"}},
 		},
 		Resources: provider.Resources{CPUs: 1.5, MemoryMiB: 1536},
 		// A sandbox under the allocation's name, made by someone else.
@@ -65,8 +69,9 @@ func TestProviderContract(t *testing.T) {
 				sb.Labels["tether.provider"] != "daytona" || sb.Labels["providertest"] != "yes" {
 				t.Errorf("labels %v", sb.Labels)
 			}
-			if sb.CPU != 2 || sb.Memory != 2 || sb.Target != "eu" {
-				t.Errorf("cpu %d, memory %d GiB, target %q; want 2, 2, eu", sb.CPU, sb.Memory, sb.Target)
+			if sb.CPU != 2 || sb.Memory != 2 || sb.Target != "eu" || sb.BuildInfo == nil || sb.BuildInfo.DockerfileContent != "FROM ubuntu:24.04\n" || sb.Snapshot != "" {
+				t.Errorf("cpu %d, memory %d GiB, target %q, build %+v, snapshot %q; want 2, 2, eu, FROM ubuntu:24.04, none",
+					sb.CPU, sb.Memory, sb.Target, sb.BuildInfo, sb.Snapshot)
 			}
 			if sb.AutoStopInterval != 0 || sb.AutoArchiveInterval != 60 || sb.AutoDeleteInterval != -1 {
 				t.Errorf("intervals stop %d archive %d delete %d; want 0, 60, -1", sb.AutoStopInterval, sb.AutoArchiveInterval, sb.AutoDeleteInterval)
@@ -74,6 +79,11 @@ func TestProviderContract(t *testing.T) {
 			for k, v := range sb.Labels {
 				if v == h.Token {
 					t.Errorf("label %s holds the bootstrap token", k)
+				}
+			}
+			for _, c := range f.Commands() {
+				if strings.Contains(c, h.Token) {
+					t.Errorf("a command Daytona logs holds the bootstrap token: %q", c)
 				}
 			}
 		},

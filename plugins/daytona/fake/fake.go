@@ -59,9 +59,12 @@ type Sandbox struct {
 	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
 }
 
-// BuildInfo is the documented BuildInfo (the fields the fake keeps).
+// BuildInfo is the documented BuildInfo of a sandbox built from an image.
 type BuildInfo struct {
 	DockerfileContent string `json:"dockerfileContent"`
+	SnapshotRef       string `json:"snapshotRef"`
+	CreatedAt         string `json:"createdAt"`
+	UpdatedAt         string `json:"updatedAt"`
 }
 
 // Exchange is one request the fake answered, as it went over the wire:

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // box is one fake sandbox.
@@ -146,7 +147,9 @@ type createBody struct {
 	AutoStopInterval    *int              `json:"autoStopInterval"`
 	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
 	AutoDeleteInterval  *int              `json:"autoDeleteInterval"`
-	BuildInfo           *BuildInfo        `json:"buildInfo"`
+	BuildInfo           *struct {
+		DockerfileContent string `json:"dockerfileContent"`
+	} `json:"buildInfo"`
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -174,9 +177,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.createOK--
 	}
 	sb := Sandbox{Name: in.Name, Snapshot: in.Snapshot, Target: in.Target, Labels: in.Labels, CPU: 1, Memory: 1, Disk: 3,
-		AutoStopInterval: 15, AutoArchiveInterval: 10080, AutoDeleteInterval: -1, BuildInfo: in.BuildInfo}
+		AutoStopInterval: 15, AutoArchiveInterval: 10080, AutoDeleteInterval: -1}
 	if in.BuildInfo != nil {
 		sb.CPU, sb.Memory, sb.Disk = max(in.CPU, 1), max(in.Memory, 1), max(in.Disk, 3)
+		now := time.Now().UTC().Format(time.RFC3339)
+		sb.BuildInfo = &BuildInfo{DockerfileContent: in.BuildInfo.DockerfileContent, SnapshotRef: "fake-build-" + randomID(), CreatedAt: now, UpdatedAt: now}
 	} else if sb.Snapshot == "" {
 		sb.Snapshot = "daytonaio/sandbox:fake-default"
 	}
