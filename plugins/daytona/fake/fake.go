@@ -172,7 +172,11 @@ func (s *Server) ListLag(n int) { s.mu.Lock(); s.listLag = n; s.mu.Unlock() }
 
 // RateLimit answers the next n requests 429 with a Retry-After-<limit>
 // header of seconds.
-func (s *Server) RateLimit(n, seconds int) { s.mu.Lock(); s.limited, s.retryAfter = n, seconds; s.mu.Unlock() }
+func (s *Server) RateLimit(n, seconds int) {
+	s.mu.Lock()
+	s.limited, s.retryAfter = n, seconds
+	s.mu.Unlock()
+}
 
 // Throttled is how many 429s the fake sent.
 func (s *Server) Throttled() int { s.mu.Lock(); defer s.mu.Unlock(); return s.throttled }
@@ -187,7 +191,9 @@ func (s *Server) FailCreateAfter(n int) { s.mu.Lock(); s.createOK = n; s.mu.Unlo
 
 // LoseCreateResponses makes the next n creates make their sandbox and then
 // answer 500, as if the response were lost.
-func (s *Server) LoseCreateResponses(n int) { s.FailCreatesAfterMaking(n, http.StatusInternalServerError) }
+func (s *Server) LoseCreateResponses(n int) {
+	s.FailCreatesAfterMaking(n, http.StatusInternalServerError)
+}
 
 // FailCreatesAfterMaking makes the next n creates make their sandbox and
 // then answer status (a 4xx too: Daytona writes the row first).

@@ -280,4 +280,3 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	panic(http.ErrAbortHandler) // the stream breaks
 }
-
