@@ -150,11 +150,10 @@ func mustSpecs(t testing.TB) *specs {
 // error the operation does not list, against the error body Daytona sends.
 // The operation must be one spec-facts.json names.
 func (s *specs) check(ex fake.Exchange) error {
-	doc, router, spec := s.api, s.apiRouter, "api"
+	router, spec := s.apiRouter, "api"
 	if ex.Toolbox {
-		doc, router, spec = s.tb, s.tbRouter, "toolbox"
+		router, spec = s.tbRouter, "toolbox"
 	}
-	_ = doc
 	target := ex.SpecPath
 	if _, q, ok := strings.Cut(ex.URL, "?"); ok {
 		target += "?" + q
