@@ -7,42 +7,63 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
 // This is a small typed client for the part of Daytona's REST API the
-// provider uses (https://app.daytona.io/api, documented by Daytona's
-// OpenAPI): sandboxes, their lifecycle, and the toolbox (files, process
-// sessions). No Daytona Go SDK is published, so it is written here; keep it
-// to what the provider calls.
+// provider uses, derived from Daytona's published OpenAPI documents
+// (plugins/daytona/testdata: api.json and toolbox.json of the
+// daytona/clients repository at commit d94a128, v0.205.1): sandboxes and
+// their lifecycle on the API, files and process sessions on the toolbox.
+// Daytona publishes an official Go SDK (daytona/clients/sdk-go), but it is
+// not on the Go module proxy this project builds from, and it would bring
+// far more than the dozen calls used here; so the client stays here, kept
+// to what the provider calls and checked against those documents by the
+// tests (spec_test.go). Keep it that way: a call added here gets a fact in
+// testdata/spec-facts.json and goes through the fake's validation.
 
-// Sandbox states documented by Daytona (SandboxState).
+// APIVersion is the Daytona API release the client follows.
+const APIVersion = "v0.205.1 (daytona/clients d94a128)"
+
+// Sandbox states documented by Daytona (SandboxState); states.go maps
+// every one of them.
 const (
-	StateCreating   = "creating"
-	StateRestoring  = "restoring"
-	StateDestroyed  = "destroyed"
-	StateDestroying = "destroying"
-	StateStarted    = "started"
-	StateStopped    = "stopped"
-	StateStarting   = "starting"
-	StateStopping   = "stopping"
-	StateError      = "error"
-	StateArchived   = "archived"
-	StateArchiving  = "archiving"
+	StateCreating         = "creating"
+	StateRestoring        = "restoring"
+	StateDestroyed        = "destroyed"
+	StateDestroying       = "destroying"
+	StateStarted          = "started"
+	StateStopped          = "stopped"
+	StateStarting         = "starting"
+	StateStopping         = "stopping"
+	StateError            = "error"
+	StateBuildFailed      = "build_failed"
+	StatePendingBuild     = "pending_build"
+	StateBuildingSnapshot = "building_snapshot"
+	StateUnknown          = "unknown"
+	StatePullingSnapshot  = "pulling_snapshot"
+	StateArchived         = "archived"
+	StateArchiving        = "archiving"
+	StateResizing         = "resizing"
+	StateSnapshotting     = "snapshotting"
+	StateForking          = "forking"
+	StatePausing          = "pausing"
+	StatePaused           = "paused"
+	StateResuming         = "resuming"
 )
 
 // AutoDeleteDisabled is the auto-delete interval that turns it off
 // (0 would delete as soon as the sandbox stops).
 const AutoDeleteDisabled = -1
 
-// Sandbox is the documented Sandbox object, the fields the provider reads.
+// Sandbox is the documented Sandbox (and SandboxListItem) object, the
+// fields the provider reads.
 type Sandbox struct {
 	ID                  string            `json:"id"`
 	Name                string            `json:"name,omitempty"`
@@ -51,26 +72,38 @@ type Sandbox struct {
 	Labels              map[string]string `json:"labels"`
 	Target              string            `json:"target,omitempty"`
 	Snapshot            string            `json:"snapshot,omitempty"`
-	CPU                 int               `json:"cpu,omitempty"`
-	Memory              int               `json:"memory,omitempty"`
-	Disk                int               `json:"disk,omitempty"`
-	AutoStopInterval    *int              `json:"autoStopInterval,omitempty"`
-	AutoArchiveInterval *int              `json:"autoArchiveInterval,omitempty"`
-	AutoDeleteInterval  *int              `json:"autoDeleteInterval,omitempty"`
+	CPU                 float64           `json:"cpu,omitempty"`
+	Memory              float64           `json:"memory,omitempty"`
+	Disk                float64           `json:"disk,omitempty"`
+	AutoStopInterval    *float64          `json:"autoStopInterval,omitempty"`
+	AutoArchiveInterval *float64          `json:"autoArchiveInterval,omitempty"`
+	AutoDeleteInterval  *float64          `json:"autoDeleteInterval,omitempty"`
+	// ToolboxProxyURL is the base of this sandbox's toolbox API:
+	// {toolboxProxyUrl}/{sandboxId}/{endpoint}.
+	ToolboxProxyURL string `json:"toolboxProxyUrl"`
 }
 
-// CreateSandbox is the documented create request body.
+// BuildInfo is the documented CreateBuildInfo: the image a sandbox is
+// built from when it does not start from a snapshot.
+type BuildInfo struct {
+	DockerfileContent string `json:"dockerfileContent"`
+}
+
+// CreateSandbox is the documented create request body. CPU, memory and
+// disk go only with BuildInfo: with a snapshot Daytona answers 400
+// "Cannot specify Sandbox resources when using a snapshot".
 type CreateSandbox struct {
 	Name                string            `json:"name,omitempty"`
 	Snapshot            string            `json:"snapshot,omitempty"`
 	Target              string            `json:"target,omitempty"`
 	Labels              map[string]string `json:"labels"`
 	CPU                 int               `json:"cpu,omitempty"`
-	Memory              int               `json:"memory,omitempty"` // GiB
-	Disk                int               `json:"disk,omitempty"`   // GiB
+	Memory              int               `json:"memory,omitempty"` // GB
+	Disk                int               `json:"disk,omitempty"`   // GB
 	AutoStopInterval    *int              `json:"autoStopInterval,omitempty"`
 	AutoArchiveInterval *int              `json:"autoArchiveInterval,omitempty"`
 	AutoDeleteInterval  *int              `json:"autoDeleteInterval,omitempty"`
+	BuildInfo           *BuildInfo        `json:"buildInfo,omitempty"`
 }
 
 // PortPreviewURL is the documented preview link of a sandbox port.
@@ -84,13 +117,22 @@ type PortPreviewURL struct {
 // sandbox's preview link.
 const PreviewTokenHeader = "x-daytona-preview-token"
 
-// APIError is a non-2xx answer from Daytona.
+// APIError is a non-2xx answer from Daytona. The API answers NestJS's
+// {statusCode, message, error}; the toolbox its ErrorResponse
+// {statusCode, message, path, timestamp, code?}. message may be a list
+// (validation failures).
 type APIError struct {
 	Status  int
 	Message string
+	Code    string // the toolbox's DaemonErrorCode, when given
 }
 
-func (e *APIError) Error() string { return fmt.Sprintf("daytona: %d %s", e.Status, e.Message) }
+func (e *APIError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("daytona: %d %s (%s)", e.Status, e.Message, e.Code)
+	}
+	return fmt.Sprintf("daytona: %d %s", e.Status, e.Message)
+}
 
 // statusOf returns the HTTP status of an *APIError in err, or 0.
 func statusOf(err error) int {
@@ -100,6 +142,15 @@ func statusOf(err error) int {
 	}
 	return 0
 }
+
+// Retry bounds. A 429 is retried after the wait its Retry-After headers
+// ask (capped), a 409 "state change in progress" with a growing backoff;
+// both a bounded number of times, and never past the context.
+const (
+	maxRateLimitRetries = 5
+	maxRetryAfter       = 30 * time.Second
+	conflictRetryFor    = 2 * time.Minute
+)
 
 // Client talks to one Daytona API. The key is sent as a bearer token and
 // appears in no error or log.
@@ -114,31 +165,142 @@ func NewClient(base, key string) *Client {
 	return &Client{base: strings.TrimRight(base, "/"), key: key, http: &http.Client{}}
 }
 
-func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+// body makes a request body afresh for each attempt.
+type body func() (io.ReadCloser, error)
+
+func jsonBody(v any) (body, string, error) {
+	if v == nil {
+		return nil, "", nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, "", err
+	}
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, "application/json", nil
+}
+
+// send makes the request, retrying a 429 as its Retry-After headers ask,
+// and returns a 2xx response (the caller closes its body) or an *APIError.
+func (c *Client) send(ctx context.Context, method, u, ctype string, mk body) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if mk != nil {
+			b, err := mk()
+			if err != nil {
+				return nil, err
+			}
+			defer b.Close()
+			rd = b
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u, rd)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode/100 == 2 {
+			return resp, nil
+		}
+		apiErr := readAPIError(resp)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || attempt >= maxRateLimitRetries {
+			return nil, apiErr
+		}
+		if err := sleep(ctx, retryAfter(resp.Header, attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readAPIError reads Daytona's error body (bounded).
+func readAPIError(resp *http.Response) *APIError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	e := &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	var shape struct {
+		Message any    `json:"message"`
+		Code    string `json:"code"`
+	}
+	if json.Unmarshal(b, &shape) == nil && shape.Message != nil {
+		switch m := shape.Message.(type) {
+		case string:
+			e.Message = m
+		case []any:
+			parts := make([]string, 0, len(m))
+			for _, p := range m {
+				parts = append(parts, fmt.Sprint(p))
+			}
+			e.Message = strings.Join(parts, "; ")
+		default:
+			e.Message = fmt.Sprint(m)
+		}
+		e.Code = shape.Code
+	}
+	if len(e.Message) > 512 {
+		e.Message = e.Message[:512] + "…"
+	}
+	return e
+}
+
+// retryAfter reads the wait a 429 asks for. Daytona's rate limiter
+// (NestJS throttler, one per limit: authenticated, sandbox create,
+// lifecycle, list) names its header after the limit, Retry-After-<name>,
+// and plain Retry-After may come too: the longest wins, capped at
+// maxRetryAfter. Seconds or an HTTP date; without any, 1 s doubling.
+func retryAfter(h http.Header, attempt int) time.Duration {
+	var longest time.Duration
+	found := false
+	for name, vals := range h {
+		if !strings.HasPrefix(strings.ToLower(name), "retry-after") {
+			continue
+		}
+		for _, v := range vals {
+			var d time.Duration
+			if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s >= 0 {
+				d = time.Duration(s * float64(time.Second))
+			} else if t, err := http.ParseTime(v); err == nil {
+				d = time.Until(t)
+			} else {
+				continue
+			}
+			found = true
+			longest = max(longest, d)
+		}
+	}
+	if !found {
+		longest = time.Second << min(attempt, 5)
+	}
+	return min(max(longest, 0), maxRetryAfter)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// call sends a JSON request (in may be nil) and decodes a JSON answer into
+// out (nil: discarded).
+func (c *Client) call(ctx context.Context, method, u string, in, out any) error {
+	mk, ctype, err := jsonBody(in)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	resp, err := c.http.Do(req)
+	resp, err := c.send(ctx, method, u, ctype, mk)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var e struct {
-			Message any `json:"message"`
-		}
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &e) == nil && e.Message != nil {
-			msg = fmt.Sprint(e.Message)
-		}
-		return &APIError{Status: resp.StatusCode, Message: msg}
-	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		return nil
@@ -146,175 +308,133 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body io.Rea
 	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out)
 }
 
-func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	ctype := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+// retryConflict runs fn until it does not fail with 409 (Daytona's
+// "state change in progress" while a sandbox is pending), with a backoff
+// growing from 100 ms to 1 s, for at most conflictRetryFor.
+func retryConflict(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(conflictRetryFor)
+	var b backoff
+	for {
+		err := fn()
+		if statusOf(err) != http.StatusConflict || time.Now().After(deadline) {
 			return err
 		}
-		body, ctype = bytes.NewReader(b), "application/json"
+		if err := sleep(ctx, b.next()); err != nil {
+			return err
+		}
 	}
-	return c.do(ctx, method, path, ctype, body, out)
+}
+
+// backoff is the official SDKs' polling interval: 100 ms, growing to 1 s.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	switch {
+	case b.d == 0:
+		b.d = 100 * time.Millisecond
+	case b.d < time.Second:
+		b.d = min(b.d*3/2, time.Second)
+	}
+	return b.d
 }
 
 func esc(s string) string { return url.PathEscape(s) }
 
+func (c *Client) sandboxURL(id, rest string) string { return c.base + "/sandbox/" + esc(id) + rest }
+
 // Create is POST /sandbox.
 func (c *Client) Create(ctx context.Context, req CreateSandbox) (Sandbox, error) {
 	var sb Sandbox
-	err := c.doJSON(ctx, http.MethodPost, "/sandbox", req, &sb)
+	err := c.call(ctx, http.MethodPost, c.base+"/sandbox", req, &sb)
 	return sb, err
 }
 
 // Get is GET /sandbox/{sandboxIdOrName}.
 func (c *Client) Get(ctx context.Context, idOrName string) (Sandbox, error) {
 	var sb Sandbox
-	err := c.doJSON(ctx, http.MethodGet, "/sandbox/"+esc(idOrName), nil, &sb)
+	err := c.call(ctx, http.MethodGet, c.sandboxURL(idOrName, ""), nil, &sb)
 	return sb, err
 }
 
-// List is GET /sandbox?labels={json}: the sandboxes carrying all labels.
+// listMaxPages bounds how many pages List follows (200 sandboxes each).
+const listMaxPages = 50
+
+// List is GET /sandbox?labels={json}: the sandboxes carrying all labels,
+// page by page ({items, nextCursor}) up to listMaxPages. The list is
+// eventually consistent: a sandbox just made may be missing.
 func (c *Client) List(ctx context.Context, labels map[string]string) ([]Sandbox, error) {
-	b, err := json.Marshal(labels)
+	lb, err := json.Marshal(labels)
 	if err != nil {
 		return nil, err
 	}
 	var out []Sandbox
-	err = c.doJSON(ctx, http.MethodGet, "/sandbox?labels="+url.QueryEscape(string(b)), nil, &out)
-	return out, err
+	cursor := ""
+	for range listMaxPages {
+		q := url.Values{"labels": {string(lb)}, "limit": {"200"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Items      []Sandbox `json:"items"`
+			NextCursor *string   `json:"nextCursor"`
+		}
+		if err := c.call(ctx, http.MethodGet, c.base+"/sandbox?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if page.NextCursor == nil || *page.NextCursor == "" || *page.NextCursor == cursor {
+			return out, nil
+		}
+		cursor = *page.NextCursor
+	}
+	return out, fmt.Errorf("daytona: the sandbox list has more than %d pages", listMaxPages)
 }
 
-// Delete is DELETE /sandbox/{sandboxIdOrName}.
+// Delete is DELETE /sandbox/{sandboxIdOrName}, retried while Daytona
+// answers 409 (a state change in progress).
 func (c *Client) Delete(ctx context.Context, id string) error {
-	return c.doJSON(ctx, http.MethodDelete, "/sandbox/"+esc(id), nil, nil)
+	return retryConflict(ctx, func() error { return c.call(ctx, http.MethodDelete, c.sandboxURL(id, ""), nil, nil) })
 }
 
-// Start, Stop and Archive are POST /sandbox/{id}/{start,stop,archive}.
+// Start is POST /sandbox/{id}/start: a stopped sandbox starts, an archived
+// one restores; retried on 409.
 func (c *Client) Start(ctx context.Context, id string) error {
-	return c.doJSON(ctx, http.MethodPost, "/sandbox/"+esc(id)+"/start", nil, nil)
+	return retryConflict(ctx, func() error { return c.call(ctx, http.MethodPost, c.sandboxURL(id, "/start"), nil, nil) })
 }
 
-// Stop stops a started sandbox; Daytona refuses it on an archived one.
+// Stop is POST /sandbox/{id}/stop, retried on 409. Daytona kills every
+// process but its daemon (SIGKILL): end the runner's session first.
 func (c *Client) Stop(ctx context.Context, id string) error {
-	return c.doJSON(ctx, http.MethodPost, "/sandbox/"+esc(id)+"/stop", nil, nil)
+	return retryConflict(ctx, func() error { return c.call(ctx, http.MethodPost, c.sandboxURL(id, "/stop"), nil, nil) })
 }
 
-// Archive moves a stopped sandbox to object storage.
+// Archive is POST /sandbox/{id}/archive: a stopped sandbox moves to object
+// storage; retried on 409.
 func (c *Client) Archive(ctx context.Context, id string) error {
-	return c.doJSON(ctx, http.MethodPost, "/sandbox/"+esc(id)+"/archive", nil, nil)
+	return retryConflict(ctx, func() error { return c.call(ctx, http.MethodPost, c.sandboxURL(id, "/archive"), nil, nil) })
 }
 
 // SetAutoDelete is POST /sandbox/{id}/autodelete/{interval} (minutes;
 // AutoDeleteDisabled turns it off).
 func (c *Client) SetAutoDelete(ctx context.Context, id string, minutes int) error {
-	return c.doJSON(ctx, http.MethodPost, "/sandbox/"+esc(id)+"/autodelete/"+strconv.Itoa(minutes), nil, nil)
+	return c.call(ctx, http.MethodPost, c.sandboxURL(id, "/autodelete/"+strconv.Itoa(minutes)), nil, nil)
 }
 
 // PreviewURL is GET /sandbox/{id}/ports/{port}/preview-url.
 func (c *Client) PreviewURL(ctx context.Context, id string, port int) (PortPreviewURL, error) {
 	var p PortPreviewURL
-	err := c.doJSON(ctx, http.MethodGet, "/sandbox/"+esc(id)+"/ports/"+strconv.Itoa(port)+"/preview-url", nil, &p)
+	err := c.call(ctx, http.MethodGet, c.sandboxURL(id, "/ports/"+strconv.Itoa(port)+"/preview-url"), nil, &p)
 	return p, err
 }
 
-func toolbox(id, rest string) string { return "/toolbox/" + esc(id) + "/toolbox" + rest }
-
-// ProjectDir is GET /toolbox/{id}/toolbox/project-dir: the sandbox user's
-// working directory.
-func (c *Client) ProjectDir(ctx context.Context, id string) (string, error) {
+// ToolboxProxyURL is GET /sandbox/{id}/toolbox-proxy-url, for a record
+// that came without toolboxProxyUrl.
+func (c *Client) ToolboxProxyURL(ctx context.Context, id string) (string, error) {
 	var out struct {
-		Dir string `json:"dir"`
+		URL string `json:"url"`
 	}
-	err := c.doJSON(ctx, http.MethodGet, toolbox(id, "/project-dir"), nil, &out)
-	return out.Dir, err
-}
-
-// Upload streams the local file at src to path in the sandbox through
-// POST /toolbox/{id}/toolbox/files/upload?path= (multipart, field "file").
-func (c *Client) Upload(ctx context.Context, id, path, src string) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	go func() {
-		part, err := mw.CreateFormFile("file", "upload")
-		if err == nil {
-			_, err = io.Copy(part, f)
-		}
-		if err == nil {
-			err = mw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	defer pr.Close()
-	return c.do(ctx, http.MethodPost, toolbox(id, "/files/upload?path="+url.QueryEscape(path)), mw.FormDataContentType(), pr, nil)
-}
-
-// FileInfo is the documented toolbox FileInfo, the fields the provider reads.
-type FileInfo struct {
-	Name        string `json:"name"`
-	IsDir       bool   `json:"isDir"`
-	Size        int64  `json:"size"`
-	ModTime     string `json:"modTime"`
-	Mode        string `json:"mode,omitempty"`
-	Permissions string `json:"permissions,omitempty"`
-}
-
-// ListFiles is GET /toolbox/{id}/toolbox/files?path=: the entries of one
-// directory (not recursive).
-func (c *Client) ListFiles(ctx context.Context, id, dir string) ([]FileInfo, error) {
-	var out []FileInfo
-	err := c.doJSON(ctx, http.MethodGet, toolbox(id, "/files?path="+url.QueryEscape(dir)), nil, &out)
-	return out, err
-}
-
-// Download is GET /toolbox/{id}/toolbox/files/download?path=: the file's
-// bytes as the body. The caller closes it.
-func (c *Client) Download(ctx context.Context, id, file string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+toolbox(id, "/files/download?path="+url.QueryEscape(file)), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var e struct {
-			Message any `json:"message"`
-		}
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &e) == nil && e.Message != nil {
-			msg = fmt.Sprint(e.Message)
-		}
-		return nil, &APIError{Status: resp.StatusCode, Message: msg}
-	}
-	return resp.Body, nil
-}
-
-// CreateSession is POST /toolbox/{id}/toolbox/process/session.
-func (c *Client) CreateSession(ctx context.Context, id, session string) error {
-	return c.doJSON(ctx, http.MethodPost, toolbox(id, "/process/session"), map[string]string{"sessionId": session}, nil)
-}
-
-// ExecAsync runs command in session without waiting for it
-// (POST .../process/session/{sessionId}/exec with runAsync) and returns
-// the command id.
-func (c *Client) ExecAsync(ctx context.Context, id, session, command string) (string, error) {
-	var out struct {
-		CmdID string `json:"cmdId"`
-	}
-	in := map[string]any{"command": command, "runAsync": true}
-	err := c.doJSON(ctx, http.MethodPost, toolbox(id, "/process/session/"+esc(session)+"/exec"), in, &out)
-	return out.CmdID, err
+	err := c.call(ctx, http.MethodGet, c.sandboxURL(id, "/toolbox-proxy-url"), nil, &out)
+	return out.URL, err
 }
 
 // typed turns a client error into a provider error.
@@ -335,6 +455,8 @@ func typed(what string, err error) error {
 		code = provider.CodeFailedPrecondition
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		code = provider.CodeFailedPrecondition
+	case s == http.StatusTooManyRequests:
+		code = provider.CodeUnavailable
 	case s == 0 && errors.As(err, new(*url.Error)):
 		code = provider.CodeUnavailable
 	}

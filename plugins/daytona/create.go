@@ -7,8 +7,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -50,16 +48,16 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 
 	sb, err := cli.Create(ctx, body)
 	if err != nil {
-		if s := statusOf(err); s/100 == 4 {
-			err = typed("create sandbox "+body.Name, err)
-			if s == http.StatusConflict {
-				return provider.Allocation{}, provider.Errorf(provider.CodeConflict, "a sandbox named %s already exists", body.Name)
-			}
-			return provider.Allocation{}, err
+		err = typed("create sandbox "+body.Name, err)
+		if provider.ErrorCode(err) == provider.CodeConflict {
+			// The name is taken: by a sandbox the check above did not see,
+			// so not ours to clean up.
+			return provider.Allocation{}, provider.Errorf(provider.CodeConflict, "a sandbox named %s already exists", body.Name)
 		}
-		// The answer may be lost while the sandbox was made: find it by
-		// its exact labels and remove it.
-		return provider.Allocation{}, errors.Join(typed("create sandbox "+body.Name, err), p.cleanupByLabels(ctx, cli, req.AllocationID))
+		// A failed answer does not mean nothing was made: Daytona writes
+		// the sandbox first and may answer 4xx after (a build that failed,
+		// a lost answer). Find it by name and labels and remove it.
+		return provider.Allocation{}, errors.Join(err, p.cleanupLost(ctx, cli, req.AllocationID))
 	}
 	fail := func(err error) (provider.Allocation, error) {
 		return provider.Allocation{}, errors.Join(err, p.cleanupByID(ctx, cli, sb.ID, req.AllocationID))
@@ -70,7 +68,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if sb, err = waitStarted(ctx, cli, sb.ID, startTimeout(opts)); err != nil {
 		return fail(err)
 	}
-	root, err := p.launch(ctx, cli, sb.ID, req.RunnerBinary, runEnv{
+	root, err := p.launch(ctx, cli, sb, req.RunnerBinary, runEnv{
 		url: req.ControllerURL, token: req.RunnerToken, alloc: req.AllocationID, ws: req.WorkspaceID, extra: req.Env,
 	})
 	if err != nil {
@@ -107,6 +105,14 @@ func createBody(req provider.CreateRequest, opts map[string]string) (CreateSandb
 		Name: sandboxName(req.AllocationID), Snapshot: opts["snapshot"], Target: opts["target"], Labels: labels,
 		AutoStopInterval: life.stop, AutoArchiveInterval: life.archive, AutoDeleteInterval: life.delete,
 	}
+	if err := checkSource(opts, r); err != nil {
+		return CreateSandbox{}, err
+	}
+	if opts["image"] == "" {
+		// Resources come from the snapshot (Daytona refuses them with one).
+		return body, nil
+	}
+	body.BuildInfo = &BuildInfo{DockerfileContent: "FROM " + opts["image"] + "\n"}
 	body.CPU = int(math.Ceil(r.CPUs))
 	if body.CPU == 0 {
 		body.CPU, _ = strconv.Atoi(opts["cpus"])
@@ -119,86 +125,10 @@ func createBody(req provider.CreateRequest, opts map[string]string) (CreateSandb
 	return body, nil
 }
 
-// waitStarted polls the sandbox until it is started.
-func waitStarted(ctx context.Context, cli *Client, id string, timeout time.Duration) (Sandbox, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		sb, err := cli.Get(ctx, id)
-		if err != nil {
-			return sb, typed("get sandbox "+id, err)
-		}
-		switch sb.State {
-		case StateStarted:
-			return sb, nil
-		case StateError, "build_failed", StateDestroyed, StateDestroying:
-			return sb, provider.Errorf(provider.CodeProviderFailed, "sandbox %s is %s: %s", id, sb.State, sb.ErrorReason)
-		}
-		if time.Now().After(deadline) {
-			return sb, provider.Errorf(provider.CodeProviderFailed, "sandbox %s did not start within %s (state %s)", id, timeout, sb.State)
-		}
-		select {
-		case <-ctx.Done():
-			return sb, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// runEnv is what the runner is started with.
-type runEnv struct {
-	url, token, alloc, ws string
-	extra                 map[string]string
-}
-
-// launch uploads runnerBinary when it is set, then starts the runner in a
-// new session and returns the workspace root. The token is in the session
-// command's environment only: not in the sandbox's env, labels or files.
-func (p *Provider) launch(ctx context.Context, cli *Client, sandboxID, runnerBinary string, e runEnv) (string, error) {
-	dir, err := cli.ProjectDir(ctx, sandboxID)
-	if err != nil {
-		return "", typed("project dir of "+sandboxID, err)
-	}
-	if !path.IsAbs(dir) {
-		return "", provider.Errorf(provider.CodeProviderFailed, "sandbox %s reports project dir %q, not an absolute path", sandboxID, dir)
-	}
-	root, runner := path.Join(dir, workspaceSub), path.Join(dir, runnerSub)
-	if runnerBinary != "" {
-		if err := cli.Upload(ctx, sandboxID, runner, runnerBinary); err != nil {
-			return "", typed("upload runner to "+sandboxID, err)
-		}
-	}
-	env := map[string]string{
-		provider.EnvControllerURL: e.url, provider.EnvRunnerToken: e.token, provider.EnvAllocationID: e.alloc,
-		provider.EnvWorkspaceID: e.ws, provider.EnvWorkspaceRoot: root,
-	}
-	for k, v := range e.extra {
-		env[k] = v
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	script := "mkdir -p " + q(root) + " && chmod 755 " + q(runner) + " && cd " + q(root) + " || exit 97\n"
-	for _, k := range keys {
-		script += "export " + k + "=" + q(env[k]) + "\n"
-	}
-	script += "exec " + q(runner) + " >>" + q(path.Join(dir, ".tether/runner.log")) + " 2>&1\n"
-	session := "tether-runner-" + randHex()
-	if err := cli.CreateSession(ctx, sandboxID, session); err != nil {
-		return "", typed("create session in "+sandboxID, err)
-	}
-	// A child shell runs the script, so its exec replaces that shell and
-	// not the session's own.
-	if _, err := cli.ExecAsync(ctx, sandboxID, session, "sh -c "+q(script)); err != nil {
-		return "", typed("start runner in "+sandboxID, err)
-	}
-	return root, nil
-}
-
-// cleanupByID deletes the sandbox a failed Create made, by its exact id.
+// cleanupByID deletes the sandbox a failed Create made, by its exact id,
+// waiting out a pending state change (409).
 func (p *Provider) cleanupByID(ctx context.Context, cli *Client, sandboxID, alloc string) error {
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
 	if err := cli.Delete(c, sandboxID); err != nil && statusOf(err) != http.StatusNotFound {
 		return provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: delete sandbox %s: %v", alloc, sandboxID, err)
@@ -206,21 +136,33 @@ func (p *Provider) cleanupByID(ctx context.Context, cli *Client, sandboxID, allo
 	return nil
 }
 
-// cleanupByLabels finds the sandboxes carrying exactly this provider's
-// labels for alloc (checked here, not trusted to the filter) and deletes
-// each by its id.
-func (p *Provider) cleanupByLabels(ctx context.Context, cli *Client, alloc string) error {
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+// cleanupLost finds what a create whose answer failed may have made and
+// deletes it: the sandbox under the allocation's name (a consistent read),
+// and every sandbox the list shows with exactly this provider's labels for
+// alloc (checked here, not trusted to the filter; the list is eventually
+// consistent, which is why the name is read too). Each is deleted by id.
+func (p *Provider) cleanupLost(ctx context.Context, cli *Client, alloc string) error {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
+	ids := map[string]bool{}
+	var errs []error
+	switch sb, err := cli.Get(c, sandboxName(alloc)); {
+	case err == nil && owns(sb, alloc):
+		ids[sb.ID] = true
+	case err != nil && statusOf(err) != http.StatusNotFound:
+		errs = append(errs, provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: get sandbox %s: %v", alloc, sandboxName(alloc), err))
+	}
 	list, err := cli.List(c, map[string]string{labelOwn: Name, provider.LabelAllocation: alloc})
 	if err != nil {
-		return provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: list sandboxes: %v", alloc, err)
+		errs = append(errs, provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: list sandboxes: %v", alloc, err))
 	}
-	var errs []error
 	for _, sb := range list {
 		if owns(sb, alloc) {
-			errs = append(errs, p.cleanupByID(c, cli, sb.ID, alloc))
+			ids[sb.ID] = true
 		}
+	}
+	for id := range ids {
+		errs = append(errs, p.cleanupByID(c, cli, id, alloc))
 	}
 	return errors.Join(errs...)
 }

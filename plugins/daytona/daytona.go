@@ -25,9 +25,8 @@ const (
 	// labelURL keeps the controller URL given at create, for a Start that
 	// does not name one.
 	labelURL = "tether.controller-url"
-	// Paths under the sandbox's project dir.
+	// The workspace, under the sandbox user's home.
 	workspaceSub = "workspace"
-	runnerSub    = ".tether/tether-runner"
 )
 
 var options = provider.Options{
@@ -35,20 +34,25 @@ var options = provider.Options{
 	{Name: "api_key_env", Default: "DAYTONA_API_KEY", Pattern: `[A-Z_][A-Z0-9_]{0,127}`,
 		Description: "environment variable holding the Daytona API key (the key itself is never configured)"},
 	{Name: "target", Pattern: `[a-z0-9-]{0,63}`, Description: "Daytona target (region), e.g. us or eu; unset: the organisation's default"},
-	{Name: "snapshot", Pattern: `[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}`, Description: "snapshot (image) sandboxes start from; unset: Daytona's default"},
-	{Name: "cpus", Pattern: `[0-9]{1,3}`, Description: "vCPUs when the allocation asks for none; unset: Daytona's default"},
-	{Name: "memory_gib", Pattern: `[0-9]{1,4}`, Description: "memory in GiB when the allocation asks for none"},
-	{Name: "disk_gib", Pattern: `[0-9]{1,5}`, Description: "disk in GiB"},
+	{Name: "snapshot", Pattern: `[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}`,
+		Description: "snapshot sandboxes start from; its resources are the snapshot's (unset, with no image: Daytona's default snapshot)"},
+	{Name: "image", Pattern: `[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}`,
+		Description: "container image sandboxes are built from (Daytona's buildInfo) instead of a snapshot; the only way to set cpus, memory and disk"},
+	{Name: "cpus", Pattern: `[0-9]{1,3}`, Description: "vCPUs when the allocation asks for none; needs image"},
+	{Name: "memory_gib", Pattern: `[0-9]{1,4}`, Description: "memory in GiB when the allocation asks for none; needs image"},
+	{Name: "disk_gib", Pattern: `[0-9]{1,5}`, Description: "disk in GiB; needs image"},
 	{Name: "auto_stop_interval", Default: "0", Pattern: `[0-9]{1,7}`,
 		Description: "minutes of inactivity before Daytona stops the sandbox; 0 disables (the default: the runner's connection is not activity Daytona sees)"},
 	{Name: "auto_archive_interval", Pattern: `[0-9]{1,7}`, Description: "minutes a stopped sandbox waits before Daytona archives it; unset: Daytona's default"},
 	{Name: "auto_delete_interval", Default: "-1", Pattern: `-1|[0-9]{1,7}`,
 		Description: "minutes a stopped sandbox waits before Daytona deletes it; -1 disables. Stop always disables it (stop-and-retain)"},
-	{Name: "start_timeout", Default: "180", Pattern: `[0-9]{1,5}`, Description: "seconds to wait for a sandbox to start"},
+	{Name: "start_timeout", Default: "900", Pattern: `[0-9]{1,5}`,
+		Description: "seconds to wait for a sandbox to start; restoring an archived one can take minutes"},
+	{Name: "stop_timeout", Default: "300", Pattern: `[0-9]{1,5}`, Description: "seconds to wait for a sandbox to stop"},
 }
 
 // configOnly options cannot be changed per allocation.
-var configOnly = map[string]bool{"api_url": true, "api_key_env": true, "start_timeout": true}
+var configOnly = map[string]bool{"api_url": true, "api_key_env": true, "start_timeout": true, "stop_timeout": true}
 
 // Provider runs runners in Daytona sandboxes. Call New.
 type Provider struct {
@@ -85,8 +89,32 @@ func (p *Provider) ValidateConfig(_ context.Context, cfg provider.Config) error 
 	if err := options.Check(cfg.Options); err != nil {
 		return err
 	}
-	_, err := intervals(options.Resolve(cfg.Options))
-	return err
+	opts := options.Resolve(cfg.Options)
+	if _, err := intervals(opts); err != nil {
+		return err
+	}
+	return checkSource(opts, provider.Resources{})
+}
+
+// checkSource refuses resources without an image: Daytona takes cpu,
+// memory and disk only with buildInfo and answers 400 "Cannot specify
+// Sandbox resources when using a snapshot" otherwise.
+func checkSource(opts map[string]string, r provider.Resources) error {
+	if opts["snapshot"] != "" && opts["image"] != "" {
+		return provider.Errorf(provider.CodeInvalidArgument, "options snapshot and image exclude each other")
+	}
+	if opts["image"] != "" {
+		return nil
+	}
+	for _, o := range []string{"cpus", "memory_gib", "disk_gib"} {
+		if opts[o] != "" {
+			return provider.Errorf(provider.CodeInvalidArgument, "option %s needs option image: a Daytona sandbox started from a snapshot has the snapshot's resources", o)
+		}
+	}
+	if r.CPUs > 0 || r.MemoryMiB > 0 {
+		return provider.Errorf(provider.CodeInvalidArgument, "resources %+v need option image: a Daytona sandbox started from a snapshot has the snapshot's resources", r)
+	}
+	return nil
 }
 
 // Configure adopts the options. It does not reach Daytona, and a missing
@@ -115,6 +143,13 @@ func (p *Provider) configured() (*Client, map[string]string, error) {
 	return p.cli, p.cfg, nil
 }
 
+// cfgNow is the adopted configuration (nil before Configure).
+func (p *Provider) cfgNow() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
+
 // lock serialises operations on one allocation in this process.
 func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
@@ -139,10 +174,14 @@ func intervals(opts map[string]string) (lifecycle, error) {
 	return l, nil
 }
 
-func startTimeout(opts map[string]string) time.Duration {
-	s, _ := strconv.Atoi(opts["start_timeout"])
+func startTimeout(opts map[string]string) time.Duration { return seconds(opts["start_timeout"], 900) }
+
+func stopTimeout(opts map[string]string) time.Duration { return seconds(opts["stop_timeout"], 300) }
+
+func seconds(v string, def int) time.Duration {
+	s, _ := strconv.Atoi(v)
 	if s <= 0 {
-		s = 180
+		s = def
 	}
 	return time.Duration(s) * time.Second
 }

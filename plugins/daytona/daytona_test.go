@@ -18,7 +18,7 @@ import (
 // its environment in the workspace root and runs until SIGTERM.
 const runnerScript = `#!/bin/sh
 env > "$TETHER_WORKSPACE_ROOT/.env-seen"
-trap 'exit 0' TERM
+trap 'echo bye > "$TETHER_WORKSPACE_ROOT/.term-seen"; exit 0' TERM
 while :; do sleep 0.05; done
 `
 
@@ -128,8 +128,13 @@ func TestCreateStartStopDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := callsSince(e.f, n)
-	if len(calls) != 2 || !strings.HasSuffix(calls[0], "/autodelete/-1") || !strings.HasSuffix(calls[1], "/stop") {
-		t.Fatalf("Stop made calls %v; want auto-delete disabled, then stop", calls)
+	if len(calls) != 3 || !strings.HasSuffix(calls[0], "/autodelete/-1") || !strings.Contains(calls[1], "DELETE /toolbox/"+sb.ID+"/process/session/tether-runner-") ||
+		!strings.HasSuffix(calls[2], "/stop") {
+		t.Fatalf("Stop made calls %v; want auto-delete disabled, the runner's session ended, then stop", calls)
+	}
+	// The runner had SIGTERM (the fake's stop alone SIGKILLs it).
+	if b, err := os.ReadFile(filepath.Join(a.Root, ".term-seen")); err != nil || string(b) != "bye\n" {
+		t.Errorf("the runner was not ended gracefully: %q, %v", b, err)
 	}
 	if sb := e.sandbox(t, "a1"); sb.AutoDeleteInterval != -1 || sb.State != fake.StateStopped {
 		t.Fatalf("after Stop: %+v", sb)
@@ -203,7 +208,7 @@ func TestStopRetentionUnconfirmed(t *testing.T) {
 	if calls := callsSince(e.f, n); hasCall(calls, "/stop") || hasCall(calls, "/start") {
 		t.Fatalf("an unconfirmed Stop made calls %v", calls)
 	}
-	if sb := e.sandbox(t, "a4"); sb.State != fake.StateStarted || sb.AutoDeleteInterval != 60 {
+	if sb := e.sandbox(t, "a4"); sb.State != fake.StateStarted || sb.AutoDeleteInterval != 60 || hasCall(callsSince(e.f, n), "/process/session/") {
 		t.Fatalf("sandbox after an unconfirmed Stop: %+v", sb)
 	}
 	e.f.IgnoreAutoDelete(false)

@@ -54,15 +54,16 @@ func (p *Provider) ExportFiles(ctx context.Context, req provider.ExportRequest) 
 	if sb.State != StateStarted {
 		return res, provider.Errorf(provider.CodeFailedPrecondition, "allocation %s's sandbox is %s; its files can be exported only while it is started", req.AllocationID, sb.State)
 	}
-	dir, err := cli.ProjectDir(ctx, sb.ID)
+	tb, err := cli.Toolbox(ctx, sb)
 	if err != nil {
-		return res, typed("project dir of "+sb.ID, err)
+		return res, err
 	}
-	if !path.IsAbs(dir) {
-		return res, provider.Errorf(provider.CodeProviderFailed, "sandbox %s reports project dir %q, not an absolute path", sb.ID, dir)
+	ps, err := sandboxPaths(ctx, tb)
+	if err != nil {
+		return res, err
 	}
-	root := path.Join(dir, workspaceSub)
-	files, err := listTree(ctx, cli, sb.ID, root)
+	root := ps.root
+	files, err := listTree(ctx, tb, sb.ID, root)
 	if err != nil {
 		return res, err
 	}
@@ -82,7 +83,7 @@ func (p *Provider) ExportFiles(ctx context.Context, req provider.ExportRequest) 
 		return res, provider.Errorf(provider.CodeFailedPrecondition, "export destination %s is not a directory", dest)
 	}
 
-	x := &exportRun{cli: cli, sandbox: sb.ID, root: root, dest: dest, max: req.MaxBytes, temps: map[string]bool{}}
+	x := &exportRun{tb: tb, sandbox: sb.ID, root: root, dest: dest, max: req.MaxBytes, temps: map[string]bool{}}
 	defer x.cleanup()
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
@@ -97,7 +98,7 @@ func (p *Provider) ExportFiles(ctx context.Context, req provider.ExportRequest) 
 
 // listTree lists every regular file under root, depth first, sorted. Each
 // name from the listing must be a single local path element.
-func listTree(ctx context.Context, cli *Client, sandbox, root string) ([]remoteFile, error) {
+func listTree(ctx context.Context, tb *Toolbox, sandbox, root string) ([]remoteFile, error) {
 	var out []remoteFile
 	entries := 0
 	var walk func(rel string, depth int) error
@@ -105,7 +106,7 @@ func listTree(ctx context.Context, cli *Client, sandbox, root string) ([]remoteF
 		if depth > exportMaxDepth {
 			return provider.Errorf(provider.CodeProviderFailed, "sandbox %s's workspace is nested deeper than %d", sandbox, exportMaxDepth)
 		}
-		list, err := cli.ListFiles(ctx, sandbox, path.Join(root, rel))
+		list, err := tb.ListFiles(ctx, path.Join(root, rel))
 		if err != nil {
 			return typed("list files of "+sandbox, err)
 		}
@@ -130,9 +131,13 @@ func listTree(ctx context.Context, cli *Client, sandbox, root string) ([]remoteF
 			if fi.Size < 0 {
 				return provider.Errorf(provider.CodeProviderFailed, "sandbox %s lists %s with size %d", sandbox, r, fi.Size)
 			}
-			mt, err := parseModTime(fi.ModTime)
+			stamp := fi.ModifiedAt
+			if stamp == "" {
+				stamp = fi.ModTime // older daemons
+			}
+			mt, err := parseModTime(stamp)
 			if err != nil {
-				return provider.Errorf(provider.CodeProviderFailed, "sandbox %s lists %s with modTime %q: %v", sandbox, r, fi.ModTime, err)
+				return provider.Errorf(provider.CodeProviderFailed, "sandbox %s lists %s with modification time %q: %v", sandbox, r, stamp, err)
 			}
 			out = append(out, remoteFile{rel: r, size: fi.Size, mtime: mt, perm: filePerm(fi.Permissions)})
 		}
@@ -172,7 +177,7 @@ func filePerm(s string) os.FileMode {
 
 // exportRun is one ExportFiles call's copy state.
 type exportRun struct {
-	cli     *Client
+	tb      *Toolbox
 	sandbox string
 	root    string
 	dest    string
@@ -303,7 +308,7 @@ func (x *exportRun) copyOne(ctx context.Context, f remoteFile, res *provider.Exp
 // the call's budget, and syncs w.
 func (x *exportRun) fill(ctx context.Context, w *os.File, f remoteFile) (int64, error) {
 	remote := path.Join(x.root, f.rel)
-	rc, err := x.cli.Download(ctx, x.sandbox, remote)
+	rc, err := x.tb.Download(ctx, remote)
 	if err != nil {
 		return 0, typed("download "+remote+" from "+x.sandbox, err)
 	}

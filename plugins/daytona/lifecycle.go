@@ -6,15 +6,13 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// Inspect maps the sandbox's Daytona state.
+// Inspect maps the sandbox's Daytona state (states.go).
 func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.Status, error) {
 	_, sb, err := p.owned(ctx, allocationID)
 	if provider.ErrorCode(err) == provider.CodeNotFound {
@@ -27,19 +25,18 @@ func (p *Provider) Inspect(ctx context.Context, allocationID string) (provider.S
 	if sb.ErrorReason != "" {
 		reason += ": " + sb.ErrorReason
 	}
-	switch sb.State {
-	case StateStarted:
-		return provider.Status{State: provider.StateRunning, Reason: reason}, nil
-	case StateStopped, StateStopping, StateError, "build_failed":
-		return provider.Status{State: provider.StateStopped, Reason: reason}, nil
-	case StateArchived, StateArchiving:
-		return provider.Status{State: provider.StateArchived, Reason: reason}, nil
+	st, known := MapState(sb.State)
+	if !known {
+		reason += " (a state this provider does not know)"
 	}
-	return provider.Status{State: provider.StateCreating, Reason: reason}, nil
+	return provider.Status{State: st, Reason: reason}, nil
 }
 
-// Start starts a stopped (or archived) sandbox and the runner in it, with
-// the fresh token; a runner staged by InstallRunner is uploaded first.
+// Start starts a stopped sandbox, restores an archived one (waiting
+// through restoring, up to the start_timeout option) or resumes a paused
+// one, then starts the runner in it with the fresh token; a runner staged
+// by InstallRunner is installed first. A sandbox already on its way to
+// started is waited for.
 func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
 	if err := req.Check(); err != nil {
 		return err
@@ -52,13 +49,15 @@ func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
 	}
 	_, cfg, _ := p.configured()
 	switch sb.State {
-	case StateStarted, StateStarting, StateCreating, StateRestoring:
+	case StateStarted:
 		return provider.Errorf(provider.CodeConflict, "allocation %s is %s", req.AllocationID, sb.State)
+	case StateStarting, StateRestoring, StateResuming, StateCreating, StatePendingBuild, StateBuildingSnapshot, StatePullingSnapshot:
+	default:
+		if err := cli.Start(ctx, sb.ID); err != nil {
+			return typed("start sandbox "+sb.ID, err)
+		}
 	}
-	if err := cli.Start(ctx, sb.ID); err != nil {
-		return typed("start sandbox "+sb.ID, err)
-	}
-	if _, err := waitStarted(ctx, cli, sb.ID, startTimeout(cfg)); err != nil {
+	if sb, err = waitStarted(ctx, cli, sb.ID, startTimeout(cfg)); err != nil {
 		return err
 	}
 	staged, err := p.staged(req.AllocationID)
@@ -69,7 +68,7 @@ func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
 	if url == "" {
 		url = sb.Labels[labelURL]
 	}
-	_, err = p.launch(ctx, cli, sb.ID, staged, runEnv{url: url, token: req.RunnerToken, alloc: req.AllocationID, ws: sb.Labels[provider.LabelWorkspace]})
+	_, err = p.launch(ctx, cli, sb, staged, runEnv{url: url, token: req.RunnerToken, alloc: req.AllocationID, ws: sb.Labels[provider.LabelWorkspace]})
 	if err == nil && staged != "" {
 		_ = os.Remove(p.stagePath(req.AllocationID))
 	}
@@ -78,10 +77,12 @@ func (p *Provider) Start(ctx context.Context, req provider.StartRequest) error {
 
 // Stop is stop-and-retain. It disables auto-delete, then a fresh read must
 // show that (else CodeRetentionUnconfirmed, and the sandbox is left as it
-// is: stopping it could start its deletion clock). An archived sandbox is
-// stopped already (Daytona refuses Stop on it); a started one, including
-// one that resumed since it was last seen, is stopped. This path never
-// starts or deletes the sandbox.
+// is: stopping it could start its deletion clock). A started sandbox's
+// runner is then ended gracefully (its sessions deleted: SIGTERM, then
+// SIGKILL), since Daytona's stop SIGKILLs every process; the sandbox is
+// stopped, and a fresh read must show it stopped or archived (both keep
+// its files). An archived sandbox is stopped already (Daytona refuses Stop
+// on it). This path never starts or deletes the sandbox.
 func (p *Provider) Stop(ctx context.Context, allocationID string) error {
 	unlock := p.lock(allocationID)
 	defer unlock()
@@ -97,56 +98,61 @@ func (p *Provider) Stop(ctx context.Context, allocationID string) error {
 	if err != nil {
 		return typed("re-read sandbox "+sb.ID, err)
 	}
-	if !owns(fresh, allocationID) {
-		return provider.Errorf(provider.CodeForeign, "sandbox %s no longer carries allocation %s's labels", sb.ID, allocationID)
+	if err := confirmRetention(fresh, allocationID); err != nil {
+		return err
 	}
-	if fresh.AutoDeleteInterval == nil || *fresh.AutoDeleteInterval != AutoDeleteDisabled {
-		got := "unset"
-		if fresh.AutoDeleteInterval != nil {
-			got = strconv.Itoa(*fresh.AutoDeleteInterval)
-		}
-		return provider.Errorf(CodeRetentionUnconfirmed,
-			"sandbox %s: auto-delete still %s after disabling it; not stopping a sandbox Daytona may delete", sb.ID, got)
-	}
-	switch fresh.State {
-	case StateArchived, StateArchiving, StateStopped:
-		return nil
-	case StateDestroyed, StateDestroying:
+	switch {
+	case retained(fresh.State), fresh.State == StateArchiving, fresh.State == StateStopping:
+	case fresh.State == StateDestroyed || fresh.State == StateDestroying:
 		return provider.Errorf(provider.CodeNotFound, "allocation %s's sandbox is %s", allocationID, fresh.State)
-	case StateError, "build_failed":
+	case fresh.State == StateError || fresh.State == StateBuildFailed:
 		return provider.Errorf(provider.CodeFailedPrecondition, "sandbox %s is in state %s: %s", sb.ID, fresh.State, fresh.ErrorReason)
-	case StateStopping:
 	default:
+		if fresh.State == StateStarted {
+			tb, err := cli.Toolbox(ctx, fresh)
+			if err != nil {
+				return err
+			}
+			if err := endRunner(ctx, tb); err != nil {
+				return err
+			}
+		}
 		if err := cli.Stop(ctx, sb.ID); err != nil {
 			return typed("stop sandbox "+sb.ID, err)
 		}
 	}
-	return waitStopped(ctx, cli, sb.ID, startTimeout(cfg))
+	if _, err := waitStopped(ctx, cli, sb.ID, stopTimeout(cfg)); err != nil {
+		return err
+	}
+	// Retention is what a fresh read says, not what the calls answered.
+	final, err := cli.Get(ctx, sb.ID)
+	if err != nil {
+		return typed("re-read sandbox "+sb.ID, err)
+	}
+	if err := confirmRetention(final, allocationID); err != nil {
+		return err
+	}
+	if !retained(final.State) {
+		return provider.Errorf(CodeRetentionUnconfirmed, "sandbox %s is %s after stopping, neither stopped nor archived", sb.ID, final.State)
+	}
+	return nil
 }
 
-// waitStopped polls until the sandbox is stopped (or archived).
-func waitStopped(ctx context.Context, cli *Client, id string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		sb, err := cli.Get(ctx, id)
-		if err != nil {
-			return typed("get sandbox "+id, err)
-		}
-		switch sb.State {
-		case StateStopped, StateArchived, StateArchiving:
-			return nil
-		case StateError, StateDestroyed, StateDestroying:
-			return provider.Errorf(provider.CodeProviderFailed, "sandbox %s is %s while stopping: %s", id, sb.State, sb.ErrorReason)
-		}
-		if time.Now().After(deadline) {
-			return provider.Errorf(provider.CodeProviderFailed, "sandbox %s did not stop within %s (state %s)", id, timeout, sb.State)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+// confirmRetention requires a fresh read of allocation id's sandbox to be
+// still ours with auto-delete disabled.
+func confirmRetention(sb Sandbox, id string) error {
+	if !owns(sb, id) {
+		return provider.Errorf(provider.CodeForeign, "sandbox %s no longer carries allocation %s's labels", sb.ID, id)
 	}
+	if sb.AutoDeleteInterval == nil || *sb.AutoDeleteInterval >= 0 {
+		got := "unset"
+		if sb.AutoDeleteInterval != nil {
+			got = strconv.FormatFloat(*sb.AutoDeleteInterval, 'f', -1, 64)
+		}
+		return provider.Errorf(CodeRetentionUnconfirmed,
+			"sandbox %s: auto-delete still %s after disabling it; not stopping a sandbox Daytona may delete", sb.ID, got)
+	}
+	return nil
 }
 
 // Archive moves a stopped sandbox to Daytona's object storage; Start
@@ -162,6 +168,11 @@ func (p *Provider) Archive(ctx context.Context, allocationID string) error {
 	case StateArchived, StateArchiving:
 		return nil
 	case StateStopped:
+		return typed("archive sandbox "+sb.ID, cli.Archive(ctx, sb.ID))
+	case StateStopping:
+		if _, err := waitStopped(ctx, cli, sb.ID, stopTimeout(p.cfgNow())); err != nil {
+			return err
+		}
 		return typed("archive sandbox "+sb.ID, cli.Archive(ctx, sb.ID))
 	}
 	return provider.Errorf(provider.CodeFailedPrecondition, "sandbox %s is %s; stop it before archiving", sb.ID, sb.State)
@@ -220,12 +231,19 @@ func (p *Provider) InstallRunner(ctx context.Context, allocationID, runnerBinary
 		return err
 	}
 	if sb.State == StateStarted {
-		dir, err := cli.ProjectDir(ctx, sb.ID)
+		tb, err := cli.Toolbox(ctx, sb)
 		if err != nil {
-			return typed("project dir of "+sb.ID, err)
+			return err
 		}
-		if err := cli.Upload(ctx, sb.ID, path.Join(dir, runnerSub), runnerBinary); err != nil {
-			return typed("upload runner to "+sb.ID, err)
+		ps, err := sandboxPaths(ctx, tb)
+		if err != nil {
+			return err
+		}
+		if err := prepare(ctx, tb, ps); err != nil {
+			return err
+		}
+		if err := installRunner(ctx, tb, ps, runnerBinary); err != nil {
+			return err
 		}
 		_ = os.Remove(p.stagePath(allocationID))
 		return nil

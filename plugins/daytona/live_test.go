@@ -11,11 +11,14 @@ import (
 	"github.com/tetherhq/tether/plugins/provider"
 )
 
-// TestLive drives a real Daytona sandbox through its lifecycle. It is
-// opt-in: without DAYTONA_API_KEY it sends nothing anywhere and skips.
-// DAYTONA_API_URL and DAYTONA_TARGET override the defaults. The runner is a
-// shell script that just waits, since a Daytona sandbox cannot reach a test
-// controller on this host's loopback.
+// TestLive drives a real Daytona sandbox through its lifecycle: create →
+// runner started (it records its connection environment) → stop-and-retain
+// → archive → start (restoring) → export → destroy. It is opt-in: without
+// DAYTONA_API_KEY it sends nothing anywhere and skips. DAYTONA_API_URL and
+// DAYTONA_TARGET override the defaults. The runner is a shell script that
+// writes a marker into the workspace and waits, since a Daytona sandbox
+// cannot reach a test controller on this host's loopback; the export then
+// proves it ran and that the files survived stop, archive and restore.
 func TestLive(t *testing.T) {
 	if os.Getenv("DAYTONA_API_KEY") == "" {
 		t.Skip("DAYTONA_API_KEY is not set: skipping the live Daytona suite (it would create real sandboxes at Daytona)")
@@ -27,14 +30,15 @@ func TestLive(t *testing.T) {
 	if tg := os.Getenv("DAYTONA_TARGET"); tg != "" {
 		opts["target"] = tg
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	p := daytona.New("live-test")
 	if err := p.Configure(c, provider.Config{StateDir: t.TempDir(), Options: opts}); err != nil {
 		t.Fatal(err)
 	}
 	runner := filepath.Join(t.TempDir(), "tether-runner")
-	if err := os.WriteFile(runner, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+	script := "#!/bin/sh\n[ -n \"$TETHER_RUNNER_TOKEN\" ] && echo \"$TETHER_ALLOCATION_ID\" > \"$TETHER_WORKSPACE_ROOT/live-marker\"\nexec sleep 3600\n"
+	if err := os.WriteFile(runner, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	id := "live-" + time.Now().UTC().Format("20060102-150405")
@@ -67,6 +71,14 @@ func TestLive(t *testing.T) {
 	step("Stop", p.Stop(c, id))
 	step("Archive", p.Archive(c, id))
 	step("Stop of an archived sandbox", p.Stop(c, id))
+	step("Start from archived", p.Start(c, provider.StartRequest{AllocationID: id, RunnerToken: "live-token-3"}))
+	wantState(t, p, id, provider.StateRunning)
+	dest := t.TempDir()
+	res, err := p.ExportFiles(c, provider.ExportRequest{AllocationID: id, Dest: dest, MaxBytes: 1 << 20})
+	step("Export", err)
+	if b, err := os.ReadFile(filepath.Join(dest, "live-marker")); err != nil || string(b) != id+"\n" {
+		t.Errorf("exported marker %q, %v (export %+v)", b, err, res)
+	}
 	step("Destroy", p.Destroy(c, id))
 	wantState(t, p, id, provider.StateGone)
 }

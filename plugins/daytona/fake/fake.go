@@ -4,70 +4,111 @@
 package fake
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
-// Sandbox states, as Daytona documents them.
+// Sandbox states, as Daytona documents them (SandboxState); the fake
+// passes through the transitional ones.
 const (
-	StateStarted   = "started"
-	StateStopped   = "stopped"
-	StateArchived  = "archived"
-	StateDestroyed = "destroyed"
+	StateCreating     = "creating"
+	StatePendingBuild = "pending_build"
+	StateStarting     = "starting"
+	StateStarted      = "started"
+	StateStopping     = "stopping"
+	StateStopped      = "stopped"
+	StateArchiving    = "archiving"
+	StateArchived     = "archived"
+	StateRestoring    = "restoring"
+	StateDestroyed    = "destroyed"
 )
 
-// Sandbox is the documented Sandbox object (the fields the fake keeps).
+// Sandbox is the documented Sandbox object: the required fields, and the
+// optional ones the fake keeps.
 type Sandbox struct {
 	ID                  string            `json:"id"`
+	OrganizationID      string            `json:"organizationId"`
 	Name                string            `json:"name"`
+	User                string            `json:"user"`
+	Env                 map[string]string `json:"env"`
+	Public              bool              `json:"public"`
+	NetworkBlockAll     bool              `json:"networkBlockAll"`
 	State               string            `json:"state"`
 	ErrorReason         string            `json:"errorReason,omitempty"`
 	Labels              map[string]string `json:"labels"`
 	Target              string            `json:"target"`
 	Snapshot            string            `json:"snapshot,omitempty"`
 	CPU                 int               `json:"cpu"`
+	GPU                 int               `json:"gpu"`
 	Memory              int               `json:"memory"`
 	Disk                int               `json:"disk"`
 	AutoStopInterval    int               `json:"autoStopInterval"`
 	AutoArchiveInterval int               `json:"autoArchiveInterval"`
 	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
+	BuildInfo           *BuildInfo        `json:"buildInfo,omitempty"`
+	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
 }
 
-// box is one fake sandbox.
-type box struct {
-	sb    Sandbox
-	dir   string // the real directory backing the sandbox
-	procs []*proc
-	// sessions are the process sessions created in the toolbox.
-	sessions map[string]bool
-	// onRead sets the state on the read after the next auto-delete update.
-	onRead      string
-	armedOnRead bool
+// BuildInfo is the documented BuildInfo of a sandbox built from an image.
+type BuildInfo struct {
+	DockerfileContent string `json:"dockerfileContent"`
+	SnapshotRef       string `json:"snapshotRef"`
+	CreatedAt         string `json:"createdAt"`
+	UpdatedAt         string `json:"updatedAt"`
 }
 
-// Server is a fake Daytona API. Create it with New.
+// Exchange is one request the fake answered, as it went over the wire:
+// what a test checks against the published spec. Toolbox requests carry
+// their path below the sandbox's toolbox base in SpecPath.
+type Exchange struct {
+	Toolbox    bool
+	Method     string
+	URL        string
+	SpecPath   string
+	Header     http.Header
+	Body       []byte
+	Status     int
+	RespHeader http.Header
+	RespBody   []byte
+	// Truncated: RespBody holds only the first part of a long body.
+	Truncated bool
+}
+
+// Server is a fake Daytona API and toolbox proxy. Create it with New.
 type Server struct {
-	srv *httptest.Server
-	dir string
-	key string
+	api, tb *httptest.Server
+	dir     string
+	key     string
+	observe func(Exchange)
 
-	mu    sync.Mutex
-	boxes map[string]*box // by id
-	calls []string
+	mu       sync.Mutex
+	boxes    map[string]*box // by id
+	calls    []string
+	commands []string
+
+	// Behaviour, under mu.
+	steps        int // requests a transitional state lasts
+	restoreSteps int // requests restoring lasts
+	listLag      int // list requests a new sandbox is missing from
+	grace        time.Duration
+	limited      int // requests still answered 429
+	retryAfter   int
+	throttled    int // 429s sent
 
 	// Faults, under mu.
 	createOK          int // creates that succeed before failCreate applies; -1: no limit
 	loseCreates       int
+	loseStatus        int
 	ignoreAutoDelete  bool
 	failUploadAfter   int64            // bytes; -1: off
 	failDownloadAfter int64            // bytes; -1: off
@@ -75,32 +116,74 @@ type Server struct {
 	hostileEntries    []string         // extra names every listing reports
 }
 
+// Option changes a fake's behaviour from the start.
+type Option func(*Server)
+
+// Observe has fn see every exchange once it is answered (from the
+// servers' goroutines).
+func Observe(fn func(Exchange)) Option { return func(s *Server) { s.observe = fn } }
+
 // New starts a fake that accepts only requests bearing key, keeps its
 // sandboxes' directories under dir, and stops when the test ends.
-func New(t testing.TB, dir, key string) *Server {
-	s := &Server{dir: dir, key: key, boxes: make(map[string]*box), createOK: -1, failUploadAfter: -1, failDownloadAfter: -1, sizeDelta: map[string]int64{}}
-	s.srv = httptest.NewServer(s.routes())
+func New(t testing.TB, dir, key string, opts ...Option) *Server {
+	s := &Server{dir: dir, key: key, boxes: make(map[string]*box), createOK: -1, failUploadAfter: -1, failDownloadAfter: -1,
+		sizeDelta: map[string]int64{}, steps: 2, restoreSteps: 4, grace: 10 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	s.api = httptest.NewServer(s.guard(false, s.apiRoutes()))
+	s.tb = httptest.NewServer(s.guard(true, s.toolboxRoutes()))
 	t.Cleanup(s.Close)
 	return s
 }
 
 // URL is the API base URL (what the provider's api_url option takes).
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.api.URL }
 
-// Close kills every sandbox's processes and stops the server.
+// ToolboxProxyURL is what sandbox records carry as toolboxProxyUrl.
+func (s *Server) ToolboxProxyURL() string { return s.tb.URL + "/toolbox" }
+
+// Close kills every sandbox's processes and stops the servers.
 func (s *Server) Close() {
 	s.mu.Lock()
 	var all []*proc
 	for _, b := range s.boxes {
-		all = append(all, b.procs...)
-		b.procs = nil
+		all = append(all, b.takeProcs()...)
 	}
 	s.mu.Unlock()
 	for _, p := range all {
 		p.kill()
 	}
-	s.srv.Close()
+	s.api.Close()
+	s.tb.Close()
 }
+
+// Steps sets how many requests about a sandbox a transitional state
+// (creating, starting, stopping, archiving) lasts, and restoring.
+func (s *Server) Steps(n, restore int) {
+	s.mu.Lock()
+	s.steps, s.restoreSteps = max(n, 0), max(restore, 0)
+	s.mu.Unlock()
+}
+
+// ListLag makes a new sandbox missing from the next n list requests, as
+// Daytona's eventually consistent list can.
+func (s *Server) ListLag(n int) { s.mu.Lock(); s.listLag = n; s.mu.Unlock() }
+
+// RateLimit answers the next n requests 429 with a Retry-After-<limit>
+// header of seconds.
+func (s *Server) RateLimit(n, seconds int) {
+	s.mu.Lock()
+	s.limited, s.retryAfter = n, seconds
+	s.mu.Unlock()
+}
+
+// Throttled is how many 429s the fake sent.
+func (s *Server) Throttled() int { s.mu.Lock(); defer s.mu.Unlock(); return s.throttled }
+
+// SessionGrace is how long deleting a session waits after SIGTERM before
+// SIGKILL (default 10 s).
+func (s *Server) SessionGrace(d time.Duration) { s.mu.Lock(); s.grace = d; s.mu.Unlock() }
 
 // FailCreateAfter lets n more creates succeed, then fails each one with 500
 // without making a sandbox. n < 0 turns it off.
@@ -108,10 +191,20 @@ func (s *Server) FailCreateAfter(n int) { s.mu.Lock(); s.createOK = n; s.mu.Unlo
 
 // LoseCreateResponses makes the next n creates make their sandbox and then
 // answer 500, as if the response were lost.
-func (s *Server) LoseCreateResponses(n int) { s.mu.Lock(); s.loseCreates = n; s.mu.Unlock() }
+func (s *Server) LoseCreateResponses(n int) {
+	s.FailCreatesAfterMaking(n, http.StatusInternalServerError)
+}
+
+// FailCreatesAfterMaking makes the next n creates make their sandbox and
+// then answer status (a 4xx too: Daytona writes the row first).
+func (s *Server) FailCreatesAfterMaking(n, status int) {
+	s.mu.Lock()
+	s.loseCreates, s.loseStatus = n, status
+	s.mu.Unlock()
+}
 
 // ArchiveOnNextRead makes sandbox id read back archived (its processes are
-// stopped, as when Daytona archived it meanwhile) on the first read after
+// killed, as when Daytona archived it meanwhile) on the first read after
 // its next auto-delete update: the fresh read that confirms retention.
 func (s *Server) ArchiveOnNextRead(id string) { s.arm(id, StateArchived) }
 
@@ -131,7 +224,7 @@ func (s *Server) arm(id, state string) {
 func (s *Server) IgnoreAutoDelete(on bool) { s.mu.Lock(); s.ignoreAutoDelete = on; s.mu.Unlock() }
 
 // FailUploadAfter makes uploads fail with 500 after writing n bytes of the
-// file (the partial file is left, as a broken stream would). n < 0: off.
+// file in place (as a broken stream would). n < 0: off.
 func (s *Server) FailUploadAfter(n int64) { s.mu.Lock(); s.failUploadAfter = n; s.mu.Unlock() }
 
 // FailDownloadAfter makes downloads send the full Content-Length header,
@@ -162,11 +255,20 @@ func (s *Server) ListHostile(name string) {
 	s.hostileEntries = append(s.hostileEntries, name)
 }
 
-// Calls returns the mutating requests received so far ("POST /sandbox/ID/stop").
+// Calls returns the mutating requests received so far ("POST /sandbox/ID/stop";
+// toolbox calls as "POST /toolbox/ID/files/upload-v2").
 func (s *Server) Calls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.calls...)
+}
+
+// Commands returns the text of every command the toolbox was asked to run
+// (session exec and process/execute), as Daytona logs them.
+func (s *Server) Commands() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.commands...)
 }
 
 // Sandboxes returns a copy of every sandbox.
@@ -200,293 +302,110 @@ func (s *Server) Dir(id string) string {
 	return ""
 }
 
-// Plant makes a started sandbox directly, as another tool would (labels as
-// given), and returns its id.
-func (s *Server) Plant(name string, labels map[string]string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, err := s.newBox(Sandbox{Name: name, Labels: labels})
-	if err != nil {
-		panic(err)
-	}
-	return b.sb.ID
-}
-
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandbox", s.create)
-	mux.HandleFunc("GET /sandbox", s.list)
-	mux.HandleFunc("GET /sandbox/{id}", s.get)
-	mux.HandleFunc("DELETE /sandbox/{id}", s.delete)
-	mux.HandleFunc("POST /sandbox/{id}/start", s.start)
-	mux.HandleFunc("POST /sandbox/{id}/stop", s.stop)
-	mux.HandleFunc("POST /sandbox/{id}/archive", s.archive)
-	mux.HandleFunc("POST /sandbox/{id}/autodelete/{interval}", s.autoDelete)
-	mux.HandleFunc("GET /sandbox/{id}/ports/{port}/preview-url", s.preview)
-	mux.HandleFunc("GET /toolbox/{id}/toolbox/project-dir", s.projectDir)
-	mux.HandleFunc("POST /toolbox/{id}/toolbox/files/upload", s.upload)
-	mux.HandleFunc("GET /toolbox/{id}/toolbox/files", s.listFiles)
-	mux.HandleFunc("GET /toolbox/{id}/toolbox/files/download", s.download)
-	mux.HandleFunc("POST /toolbox/{id}/toolbox/process/session", s.createSession)
-	mux.HandleFunc("POST /toolbox/{id}/toolbox/process/session/{session}/exec", s.exec)
+// guard checks the key, applies the rate limit, records mutating calls
+// and shows each exchange to the observer.
+func (s *Server) guard(toolbox bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ex *Exchange
+		if s.observe != nil {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			ex = &Exchange{Toolbox: toolbox, Method: r.Method, URL: r.URL.String(), SpecPath: specPath(toolbox, r.URL.Path),
+				Header: r.Header.Clone(), Body: body}
+			rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+			w = rec
+			defer func() {
+				ex.Status, ex.RespHeader, ex.RespBody, ex.Truncated = rec.status, rec.Header().Clone(), rec.body.Bytes(), rec.truncated
+				s.observe(*ex)
+			}()
+		}
 		if r.Header.Get("Authorization") != "Bearer "+s.key || s.key == "" {
-			apiError(w, http.StatusUnauthorized, "Unauthorized")
+			errorFor(toolbox, w, r, http.StatusUnauthorized, "Unauthorized")
+			return
+		}
+		s.mu.Lock()
+		if s.limited > 0 {
+			s.limited--
+			s.throttled++
+			wait := s.retryAfter
+			s.mu.Unlock()
+			// Daytona's throttler names its header after the limit hit.
+			w.Header().Set("Retry-After-sandbox-lifecycle", strconv.Itoa(wait))
+			errorFor(toolbox, w, r, http.StatusTooManyRequests, "ThrottlerException: Too Many Requests")
 			return
 		}
 		if r.Method != http.MethodGet {
-			s.mu.Lock()
 			s.calls = append(s.calls, r.Method+" "+r.URL.Path)
-			s.mu.Unlock()
 		}
-		mux.ServeHTTP(w, r)
+		s.mu.Unlock()
+		next.ServeHTTP(w, r)
 	})
 }
 
-// apiError writes Daytona's documented error body.
+// specPath is a toolbox path below /toolbox/{sandboxId}.
+func specPath(toolbox bool, p string) string {
+	if !toolbox {
+		return p
+	}
+	rest := strings.TrimPrefix(p, "/toolbox/")
+	if _, after, ok := strings.Cut(rest, "/"); ok {
+		return "/" + after
+	}
+	return p
+}
+
+// recorder keeps a copy of the answer's first MiB for the observer.
+type recorder struct {
+	http.ResponseWriter
+	status    int
+	body      bytes.Buffer
+	truncated bool
+}
+
+func (r *recorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if room := 1<<20 - r.body.Len(); room > 0 {
+		r.body.Write(b[:min(len(b), room)])
+	}
+	if r.body.Len()+len(b) > 1<<20 {
+		r.truncated = true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// apiError writes the API's error body, NestJS's {statusCode, message,
+// error}.
 func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
+}
+
+// tbError writes the toolbox daemon's ErrorResponse {statusCode, message,
+// path, method, timestamp}.
+func tbError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "path": r.URL.Path, "method": r.Method,
+		"timestamp": time.Now().UTC().Format(time.RFC3339)})
+}
+
+// errorFor writes the error body of the server a request came to.
+func errorFor(toolbox bool, w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if toolbox {
+		tbError(w, r, status, msg)
+		return
+	}
+	apiError(w, status, msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// find returns the box with id or name; mu held.
-func (s *Server) find(idOrName string) *box {
-	if b := s.boxes[idOrName]; b != nil {
-		return b
-	}
-	for _, b := range s.boxes {
-		if b.sb.Name == idOrName {
-			return b
-		}
-	}
-	return nil
-}
-
-// newBox makes a started sandbox with a real directory; mu held.
-func (s *Server) newBox(sb Sandbox) (*box, error) {
-	if sb.Name != "" && s.find(sb.Name) != nil {
-		return nil, fmt.Errorf("conflict")
-	}
-	sb.ID = randomID()
-	if sb.Name == "" {
-		sb.Name = sb.ID
-	}
-	if sb.Labels == nil {
-		sb.Labels = map[string]string{}
-	}
-	sb.State = StateStarted
-	dir := filepath.Join(s.dir, sb.ID, "home", "daytona")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	b := &box{sb: sb, dir: dir, sessions: map[string]bool{}}
-	s.boxes[sb.ID] = b
-	return b, nil
-}
-
-// createBody is the documented CreateSandbox body.
-type createBody struct {
-	Name                string            `json:"name"`
-	Snapshot            string            `json:"snapshot"`
-	Target              string            `json:"target"`
-	Labels              map[string]string `json:"labels"`
-	CPU                 int               `json:"cpu"`
-	Memory              int               `json:"memory"`
-	Disk                int               `json:"disk"`
-	AutoStopInterval    *int              `json:"autoStopInterval"`
-	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
-	AutoDeleteInterval  *int              `json:"autoDeleteInterval"`
-}
-
-func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	var in createBody
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.createOK == 0 {
-		apiError(w, http.StatusInternalServerError, "fake: create failed (FailCreateAfter)")
-		return
-	}
-	if s.createOK > 0 {
-		s.createOK--
-	}
-	sb := Sandbox{Name: in.Name, Snapshot: in.Snapshot, Target: in.Target, Labels: in.Labels, CPU: in.CPU,
-		Memory: in.Memory, Disk: in.Disk, AutoStopInterval: 15, AutoArchiveInterval: 10080, AutoDeleteInterval: -1}
-	for _, v := range []struct {
-		src *int
-		dst *int
-	}{{in.AutoStopInterval, &sb.AutoStopInterval}, {in.AutoArchiveInterval, &sb.AutoArchiveInterval}, {in.AutoDeleteInterval, &sb.AutoDeleteInterval}} {
-		if v.src != nil {
-			*v.dst = *v.src
-		}
-	}
-	if sb.Target == "" {
-		sb.Target = "us"
-	}
-	b, err := s.newBox(sb)
-	if err != nil {
-		if err.Error() == "conflict" {
-			apiError(w, http.StatusConflict, "Sandbox with name "+in.Name+" already exists")
-			return
-		}
-		apiError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	if s.loseCreates > 0 {
-		s.loseCreates--
-		apiError(w, http.StatusInternalServerError, "fake: create response lost (LoseCreateResponses)")
-		return
-	}
-	writeJSON(w, b.sb)
-}
-
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	want := map[string]string{}
-	if l := r.URL.Query().Get("labels"); l != "" {
-		if err := json.Unmarshal([]byte(l), &want); err != nil {
-			apiError(w, http.StatusBadRequest, "labels: "+err.Error())
-			return
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := []Sandbox{}
-next:
-	for _, b := range s.boxes {
-		for k, v := range want {
-			if b.sb.Labels[k] != v {
-				continue next
-			}
-		}
-		out = append(out, b.sb)
-	}
-	writeJSON(w, out)
-}
-
-// withBox runs fn on the sandbox named in the path, under mu; 404 if none.
-func (s *Server) withBox(w http.ResponseWriter, r *http.Request, fn func(b *box)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.find(r.PathValue("id"))
-	if b == nil {
-		apiError(w, http.StatusNotFound, "Sandbox with ID or name "+r.PathValue("id")+" not found")
-		return
-	}
-	fn(b)
-}
-
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	var stop []*proc
-	s.withBox(w, r, func(b *box) {
-		if b.armedOnRead {
-			b.sb.State, b.armedOnRead, b.onRead = b.onRead, false, ""
-			if b.sb.State != StateStarted {
-				stop, b.procs = b.procs, nil
-			}
-		}
-		writeJSON(w, b.sb)
-	})
-	for _, p := range stop {
-		p.kill()
-	}
-}
-
-func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	var victim *box
-	s.withBox(w, r, func(b *box) {
-		delete(s.boxes, b.sb.ID)
-		victim = b
-		writeJSON(w, map[string]any{})
-	})
-	if victim != nil {
-		for _, p := range victim.procs {
-			p.kill()
-		}
-		_ = os.RemoveAll(filepath.Dir(filepath.Dir(victim.dir)))
-	}
-}
-
-func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	s.withBox(w, r, func(b *box) {
-		switch b.sb.State {
-		case StateStopped, StateArchived, StateStarted:
-			b.sb.State = StateStarted
-			writeJSON(w, b.sb)
-		default:
-			apiError(w, http.StatusBadRequest, "Sandbox is "+b.sb.State)
-		}
-	})
-}
-
-func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
-	var procs []*proc
-	s.withBox(w, r, func(b *box) {
-		if b.sb.State != StateStarted {
-			// Daytona refuses to stop a sandbox that is not started
-			// (archived ones included).
-			apiError(w, http.StatusBadRequest, "Sandbox is not started (state "+b.sb.State+")")
-			return
-		}
-		procs, b.procs = b.procs, nil
-		b.sb.State = StateStopped
-		b.sessions = map[string]bool{}
-		writeJSON(w, b.sb)
-	})
-	for _, p := range procs {
-		p.stop()
-	}
-}
-
-func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
-	s.withBox(w, r, func(b *box) {
-		if b.sb.State != StateStopped && b.sb.State != StateArchived {
-			apiError(w, http.StatusBadRequest, "Sandbox must be stopped to be archived")
-			return
-		}
-		b.sb.State = StateArchived
-		writeJSON(w, b.sb)
-	})
-}
-
-func (s *Server) autoDelete(w http.ResponseWriter, r *http.Request) {
-	n, err := strconv.Atoi(r.PathValue("interval"))
-	if err != nil || n < -1 {
-		apiError(w, http.StatusBadRequest, "invalid interval")
-		return
-	}
-	s.withBox(w, r, func(b *box) {
-		if !s.ignoreAutoDelete {
-			b.sb.AutoDeleteInterval = n
-		}
-		if b.onRead != "" {
-			b.armedOnRead = true
-		}
-		writeJSON(w, b.sb)
-	})
-}
-
-func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		apiError(w, http.StatusBadRequest, "invalid port")
-		return
-	}
-	s.withBox(w, r, func(b *box) {
-		writeJSON(w, map[string]any{
-			"sandboxId": b.sb.ID,
-			"url":       fmt.Sprintf("https://%d-%s.proxy.fake-daytona.invalid", port, b.sb.ID),
-			"token":     "preview-" + strings.Repeat(b.sb.ID[:4], 2),
-		})
-	})
 }
 
 func randomID() string {

@@ -1,12 +1,12 @@
 // FAKE — not Daytona. The toolbox half of the in-repo stand-in for the
-// Daytona REST API: project dir, file upload and process sessions, backed
-// by real local directories and processes. Also the file listing and
-// download used to export a workspace.
+// Daytona REST API, served at the sandboxes' toolboxProxyUrl as
+// {toolboxProxyUrl}/{sandboxId}/...: home dir, files (upload-v2, list,
+// download, delete), process/execute and process sessions, backed by real
+// local directories and processes.
 
 package fake
 
 import (
-	"encoding/json"
 	"io"
 	"maps"
 	"net/http"
@@ -20,18 +20,20 @@ import (
 	"time"
 )
 
-// proc is a command a session started, in its own process group.
+// proc is a command the toolbox started, in its own process group.
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// stop sends SIGTERM to the group and SIGKILL after 10s.
-func (p *proc) stop() {
+// term sends SIGTERM to the group and SIGKILL after grace.
+func (p *proc) term(grace time.Duration) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
+	case <-t.C:
 		p.kill()
 	}
 }
@@ -41,20 +43,42 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+func (s *Server) toolboxRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /toolbox/{id}/user-home-dir", s.homeDir)
+	mux.HandleFunc("GET /toolbox/{id}/work-dir", s.homeDir)
+	mux.HandleFunc("POST /toolbox/{id}/files/upload-v2", s.upload)
+	mux.HandleFunc("GET /toolbox/{id}/files", s.listFiles)
+	mux.HandleFunc("DELETE /toolbox/{id}/files", s.deleteFile)
+	mux.HandleFunc("GET /toolbox/{id}/files/download", s.download)
+	mux.HandleFunc("POST /toolbox/{id}/process/execute", s.execute)
+	mux.HandleFunc("GET /toolbox/{id}/process/session", s.sessions)
+	mux.HandleFunc("POST /toolbox/{id}/process/session", s.createSession)
+	mux.HandleFunc("DELETE /toolbox/{id}/process/session/{session}", s.deleteSession)
+	mux.HandleFunc("POST /toolbox/{id}/process/session/{session}/exec", s.exec)
+	return mux
+}
+
 // started runs fn on a started sandbox's box; toolbox calls on any other
 // sandbox fail as Daytona's do.
 func (s *Server) started(w http.ResponseWriter, r *http.Request, fn func(b *box)) {
-	s.withBox(w, r, func(b *box) {
-		if b.sb.State != StateStarted {
-			apiError(w, http.StatusBadRequest, "Sandbox is not running (state "+b.sb.State+")")
-			return
-		}
-		fn(b)
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.boxes[r.PathValue("id")]
+	if b == nil {
+		tbError(w, r, http.StatusNotFound, "sandbox "+r.PathValue("id")+" not found")
+		return
+	}
+	b.step()
+	if b.sb.State != StateStarted {
+		tbError(w, r, http.StatusBadRequest, "Sandbox is not running (state "+b.sb.State+")")
+		return
+	}
+	fn(b)
 }
 
-func (s *Server) projectDir(w http.ResponseWriter, r *http.Request) {
-	s.started(w, r, func(b *box) { writeJSON(w, map[string]string{"dir": b.dir}) })
+func (s *Server) homeDir(w http.ResponseWriter, r *http.Request) {
+	s.started(w, r, func(b *box) { writeJSON(w, http.StatusOK, map[string]string{"dir": b.dir}) })
 }
 
 // inside maps a sandbox path (absolute, as the sandbox sees it: the fake's
@@ -71,10 +95,10 @@ func inside(b *box, p string) string {
 	return clean
 }
 
-// upload is POST files/upload?path=, multipart field "file". The file is
-// written to a temp name and renamed, so a running binary can be replaced;
-// with FailUploadAfter, the partial temp file is left behind under the
-// final name's directory and the call fails.
+// upload is POST files/upload-v2?path=, multipart field "file" or a raw
+// body. Like Daytona's, it writes the destination in place (open with
+// truncate, then copy): a running binary cannot be replaced this way
+// (ETXTBSY), and with FailUploadAfter the destination is left partial.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	var dst string
 	var limit int64
@@ -82,49 +106,76 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		dst = inside(b, r.URL.Query().Get("path"))
 		limit = s.failUploadAfter
 		if dst == "" {
-			apiError(w, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+			tbError(w, r, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
 		}
 	})
 	if dst == "" {
 		return
 	}
-	f, _, err := r.FormFile("file")
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "file: "+err.Error())
-		return
+	var src io.Reader = r.Body
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		f, _, err := r.FormFile("file")
+		if err != nil {
+			tbError(w, r, http.StatusBadRequest, "file: "+err.Error())
+			return
+		}
+		defer f.Close()
+		src = f
 	}
-	defer f.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		apiError(w, http.StatusInternalServerError, err.Error())
+		tbError(w, r, http.StatusInternalServerError, err.Error())
 		return
 	}
-	tmp := dst + ".upload"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		apiError(w, http.StatusInternalServerError, err.Error())
+		tbError(w, r, http.StatusInternalServerError, err.Error())
 		return
 	}
-	var src io.Reader = f
 	if limit >= 0 {
-		src = io.LimitReader(f, limit)
+		src = io.LimitReader(src, limit)
 	}
 	_, err = io.Copy(out, src)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil && limit >= 0 {
-		apiError(w, http.StatusInternalServerError, "fake: upload failed midway (FailUploadAfter)")
+		tbError(w, r, http.StatusInternalServerError, "fake: upload failed midway (FailUploadAfter)")
 		return
-	}
-	if err == nil {
-		err = os.Rename(tmp, dst)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
-		apiError(w, http.StatusInternalServerError, err.Error())
+		tbError(w, r, http.StatusInternalServerError, err.Error())
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	writeJSON(w, http.StatusOK, map[string]string{"name": filepath.Base(dst), "path": dst, "type": "file"})
+}
+
+// deleteFile is DELETE files?path=.
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	var file string
+	s.started(w, r, func(b *box) {
+		file = inside(b, r.URL.Query().Get("path"))
+		if file == "" || file == b.dir {
+			tbError(w, r, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+			file = ""
+		}
+	})
+	if file == "" {
+		return
+	}
+	var err error
+	if r.URL.Query().Get("recursive") == "true" {
+		err = os.RemoveAll(file)
+	} else {
+		err = os.Remove(file)
+	}
+	switch {
+	case os.IsNotExist(err):
+		tbError(w, r, http.StatusNotFound, err.Error())
+	case err != nil:
+		tbError(w, r, http.StatusBadRequest, err.Error())
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // fileInfo is the documented toolbox FileInfo.
@@ -133,6 +184,8 @@ type fileInfo struct {
 	IsDir       bool   `json:"isDir"`
 	Size        int64  `json:"size"`
 	ModTime     string `json:"modTime"`
+	ModifiedAt  string `json:"modifiedAt"`
+	Path        string `json:"path"`
 	Mode        string `json:"mode"`
 	Permissions string `json:"permissions"`
 	Owner       string `json:"owner"`
@@ -150,7 +203,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		delta = maps.Clone(s.sizeDelta)
 		hostile = slices.Clone(s.hostileEntries)
 		if dir == "" {
-			apiError(w, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+			tbError(w, r, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
 		}
 	})
 	if dir == "" {
@@ -162,7 +215,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		if os.IsNotExist(err) {
 			status = http.StatusNotFound
 		}
-		apiError(w, status, err.Error())
+		tbError(w, r, status, err.Error())
 		return
 	}
 	out := []fileInfo{}
@@ -172,14 +225,15 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		out = append(out, fileInfo{Name: e.Name(), IsDir: fi.IsDir(), Size: fi.Size() + delta[e.Name()],
-			ModTime: fi.ModTime().UTC().Format(time.RFC3339Nano), Mode: fi.Mode().String(),
+			ModTime: fi.ModTime().String(), ModifiedAt: fi.ModTime().UTC().Format(time.RFC3339Nano), Path: filepath.Join(dir, e.Name()), Mode: fi.Mode().String(),
 			Permissions: "0" + strconv.FormatUint(uint64(fi.Mode().Perm()), 8), Owner: "daytona", Group: "daytona"})
 	}
 	for _, h := range hostile {
-		out = append(out, fileInfo{Name: h, Size: 5, ModTime: time.Now().UTC().Format(time.RFC3339Nano),
+		now := time.Now()
+		out = append(out, fileInfo{Name: h, Size: 5, ModTime: now.String(), ModifiedAt: now.UTC().Format(time.RFC3339Nano),
 			Mode: "-rw-r--r--", Permissions: "0644", Owner: "daytona", Group: "daytona"})
 	}
-	writeJSON(w, out)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // download is GET files/download?path=: the file's bytes. With
@@ -192,7 +246,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		file = inside(b, r.URL.Query().Get("path"))
 		limit = s.failDownloadAfter
 		if file == "" {
-			apiError(w, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
+			tbError(w, r, http.StatusBadRequest, "path outside the sandbox's home (fake limitation)")
 		}
 	})
 	if file == "" {
@@ -204,13 +258,13 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		if os.IsNotExist(err) {
 			status = http.StatusNotFound
 		}
-		apiError(w, status, err.Error())
+		tbError(w, r, status, err.Error())
 		return
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || fi.IsDir() {
-		apiError(w, http.StatusBadRequest, "not a file")
+		tbError(w, r, http.StatusBadRequest, "not a file")
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -225,72 +279,4 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	panic(http.ErrAbortHandler) // the stream breaks
-}
-
-func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.SessionID == "" {
-		apiError(w, http.StatusBadRequest, "sessionId is required")
-		return
-	}
-	s.started(w, r, func(b *box) {
-		if b.sessions[in.SessionID] {
-			apiError(w, http.StatusConflict, "session already exists")
-			return
-		}
-		b.sessions[in.SessionID] = true
-		w.WriteHeader(http.StatusOK)
-	})
-}
-
-// exec is POST process/session/{sessionId}/exec {command, runAsync}. The
-// command runs with sh -c in the sandbox's directory, in a process group
-// of its own, with a minimal environment (as a fresh sandbox shell has).
-// With runAsync the answer is {cmdId} at once; otherwise the fake waits and
-// answers {cmdId, output, exitCode}.
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Command  string `json:"command"`
-		RunAsync bool   `json:"runAsync"`
-		Async    bool   `json:"async"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Command == "" {
-		apiError(w, http.StatusBadRequest, "command is required")
-		return
-	}
-	var p *proc
-	var out *strings.Builder
-	s.started(w, r, func(b *box) {
-		if !b.sessions[r.PathValue("session")] {
-			apiError(w, http.StatusNotFound, "session not found")
-			return
-		}
-		cmd := exec.Command("/bin/sh", "-c", in.Command)
-		cmd.Dir = b.dir
-		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + b.dir}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		out = &strings.Builder{}
-		if !(in.RunAsync || in.Async) {
-			cmd.Stdout, cmd.Stderr = out, out
-		}
-		if err := cmd.Start(); err != nil {
-			apiError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		p = &proc{cmd: cmd, done: make(chan struct{})}
-		go func() { _ = cmd.Wait(); close(p.done) }()
-		b.procs = append(b.procs, p)
-	})
-	if p == nil {
-		return
-	}
-	id := randomID()
-	if in.RunAsync || in.Async {
-		writeJSON(w, map[string]any{"cmdId": id})
-		return
-	}
-	<-p.done
-	writeJSON(w, map[string]any{"cmdId": id, "output": out.String(), "exitCode": p.cmd.ProcessState.ExitCode()})
 }
