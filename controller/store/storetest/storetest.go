@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"Checkpoints", plain(testCheckpoints)},
 		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
 		{"WorkspaceSource", plain(testWorkspaceSource)},
+		{"WorkspaceParent", plain(testWorkspaceParent)},
 		// Events
 		{"RecordEvent", plain(testRecordEvent)},
 		{"EventsAndAllocations", plain(testEventsAndAllocations)},
