@@ -177,12 +177,13 @@ func (s *Server) waitForSave(ctx context.Context, parent api.Workspace, child st
 	if child == "" {
 		child = "(unnamed)"
 	}
-	// The event is how a watcher (and a test) sees the wait registered before the save.
-	s.recordEvent(ctx, parent.ID, fmt.Sprintf("child %s waits for the next save (at most %s)", child, wait))
 	timer := s.cfg.Clock.NewTimer(wait)
 	defer timer.Stop()
 	recheck := s.cfg.Clock.NewTicker(saveRecheck)
 	defer recheck.Stop()
+	// The event is how a watcher (and a test) sees the wait registered, its deadline set,
+	// before the save.
+	s.recordEvent(ctx, parent.ID, fmt.Sprintf("child %s waits for the next save (at most %s)", child, wait))
 	gaveUp := func(err error) (api.Snapshot, error) {
 		s.recordEvent(context.WithoutCancel(ctx), parent.ID, fmt.Sprintf("child %s stopped waiting: %s", child, protocol.AsError(err).Message))
 		return api.Snapshot{}, err

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
 		{"WorkspaceSource", plain(testWorkspaceSource)},
 		{"WorkspaceParent", plain(testWorkspaceParent)},
+		{"EpochsStoreWide", plain(testEpochsStoreWide)},
 		// Events
 		{"RecordEvent", plain(testRecordEvent)},
 		{"EventsAndAllocations", plain(testEventsAndAllocations)},
