@@ -138,8 +138,6 @@ type Server struct {
 	tunnels      tunnelCache
 	requests     atomic.Int64 // API requests being served, hijacked ones included (drain)
 	provisioning provisioning
-	// signals wakes waiters for a workspace's next receipt or state (create --wait-for-save).
-	signals *wsSignals
 	hostLocals   hostLocalCache
 	uploads      *uploadTracker // heartbeats of this controller's running uploads
 	// busy marks the workspaces this controller is capturing or restoring into: a checkpoint
@@ -162,6 +160,9 @@ type Server struct {
 	// Serve's end stops it; nothing starts after that.
 	routines *routine.Group
 	ctx      context.Context // the routines' context: done once the controller shuts down
+
+	// signals wakes waiters for a workspace's next receipt or state (create --wait-for-save).
+	signals *wsSignals
 }
 
 // shutdownWait is how long Serve's end waits for the routines once their context is done before
