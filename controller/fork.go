@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/protocol"
@@ -86,17 +85,7 @@ func (s *Server) planFork(ctx context.Context, idOrName string, req api.ForkRequ
 // fresh checkpoint, which is the newest receipt when the tree did not change since it.
 func (s *Server) forkSource(ctx context.Context, src api.Workspace, from string) (api.Snapshot, error) {
 	if from != "" {
-		snap, err := s.snapshot(ctx, from)
-		if err != nil {
-			return snap, err
-		}
-		if snap.WorkspaceID != src.ID {
-			return api.Snapshot{}, protocol.Errorf(protocol.CodeInvalidArgument, "snapshot %s is not a receipt of workspace %s", snap.ID, src.ID)
-		}
-		if snap.ReclaimedAt != nil {
-			return api.Snapshot{}, protocol.Errorf(protocol.CodeConflict, "snapshot %s was reclaimed by gc; its object is gone", snap.ID)
-		}
-		return snap, nil
+		return s.receiptOf(ctx, src, from)
 	}
 	if _, err := s.liveConn(ctx, src.ID); err != nil {
 		return api.Snapshot{}, fmt.Errorf("fork needs a fresh checkpoint of %s (or --from a receipt): %w", src.Name, err)
@@ -180,38 +169,9 @@ func (s *Server) Fork(ctx context.Context, idOrName string, req api.ForkRequest)
 	return api.ForkResult{Snapshot: snap, Workspaces: made}, nil
 }
 
-// forkOne restores snap into a new workspace called name and, for a project workspace, moves it
-// onto its own branch. On failure the returned workspace, if its ID is set, was made and must be
+// forkOne restores snap into a new workspace called name, a child of the fork's source (see
+// restoreChild). On failure the returned workspace, if its ID is set, was made and must be
 // removed.
 func (s *Server) forkOne(ctx context.Context, p forkPlan, snap api.Snapshot, name string) (api.Workspace, error) {
-	res, err := s.RestoreSnapshot(ctx, snap.ID, api.RestoreRequest{Name: name, Provider: p.provider})
-	if err != nil {
-		return api.Workspace{}, err
-	}
-	ws := res.Workspace
-	if p.src.CheckpointEvery != nil {
-		every := time.Duration(*p.src.CheckpointEvery)
-		if err := s.store.SetCheckpointEvery(ctx, ws.ID, &every); err != nil {
-			return ws, err
-		}
-	}
-	if p.src.Git != nil {
-		g := *p.src.Git
-		g.Branch = ForkBranchPrefix + name
-		c, err := s.runnerFor(ctx, ws.ID)
-		if err != nil {
-			return ws, err
-		}
-		var st protocol.GitStatus
-		if err := c.Call(ctx, protocol.OpGitBranch, ws.Epoch, protocol.GitBranchArgs{Branch: g.Branch}, &st); err != nil {
-			return ws, fmt.Errorf("move onto branch %s: %w", g.Branch, err)
-		}
-		if st.Branch != g.Branch {
-			return ws, protocol.Errorf(protocol.CodeCorrupt, "the runner reports branch %q after moving onto %q", st.Branch, g.Branch)
-		}
-		if err := s.store.SetWorkspaceGit(ctx, ws.ID, &g); err != nil {
-			return ws, err
-		}
-	}
-	return s.workspace(ctx, ws.ID)
+	return s.restoreChild(ctx, p.src, snap, childSpec{name: name, provider: p.provider})
 }

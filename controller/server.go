@@ -160,6 +160,9 @@ type Server struct {
 	// Serve's end stops it; nothing starts after that.
 	routines *routine.Group
 	ctx      context.Context // the routines' context: done once the controller shuts down
+
+	// signals wakes waiters for a workspace's next receipt or state (create --wait-for-save).
+	signals *wsSignals
 }
 
 // shutdownWait is how long Serve's end waits for the routines once their context is done before
@@ -242,8 +245,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
 	routines := routine.New(context.Background(), cfg.Logger)
+	signals := newWSSignals()
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, store: meteredRuns{Store: st, m: meters}, hub: runners, operatorToken: token, metrics: meters,
+		cfg: cfg, log: cfg.Logger, store: signalledStore{Store: meteredRuns{Store: st, m: meters}, signals: signals}, hub: runners, operatorToken: token, metrics: meters,
 		providers: providers.New(cfg.PluginDir, filepath.Join(cfg.DataDir, "providers"), cfg.ProviderOptions, cfg.Logger,
 			providers.OnRestart(meters.PluginRestarted)),
 		blobs: blobs, identity: identity, encrypt: encrypt, dataLock: lock,
@@ -251,6 +255,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		id: cfg.ControllerID, peerSecret: secret, peerHTTP: &http.Client{}, uploads: uploads,
 		forwards:        forward.NewLimiter(cfg.ForwardLimits),
 		consoleSessions: console.NewSessions(cfg.Clock, 0, 0),
+		signals:         signals,
 	}
 	s.members = peer.NewMembership(st, store.Member{ID: s.id, Address: cfg.PeerURL, Version: cfg.Version, StartedAt: s.now()},
 		cfg.Membership, cfg.Clock, cfg.Logger)

@@ -45,8 +45,12 @@ func (s *Server) handleCreateWorkspace(w http.ResponseWriter, r *http.Request) {
 
 // CreateWorkspace records a workspace, has its provider start an allocation and waits until the
 // runner inside says hello (ready) or the ready timeout passes (failed, with the reason). The
-// provisioning goes on if ctx ends first, so a client that gives up leaves a settled record.
+// provisioning goes on if ctx ends first, so a client that gives up leaves a settled record. A
+// request naming a parent (FromWorkspace) makes a child of it (createChild).
 func (s *Server) CreateWorkspace(ctx context.Context, req api.CreateWorkspaceRequest) (api.Workspace, error) {
+	if req.FromWorkspace != "" || req.FromSnapshot != "" || req.WaitForSave || req.WaitTimeout != nil {
+		return s.createChild(ctx, req)
+	}
 	return s.createWorkspace(ctx, req, nil)
 }
 

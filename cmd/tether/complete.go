@@ -74,7 +74,7 @@ func completedArgs() map[string][]argKind {
 
 // flagsNamingWorkspaces are flags, by command path, whose value is a workspace.
 func flagsNamingWorkspaces() map[string]string {
-	return map[string]string{"tether artifact put": "workspace", "tether token create": "workspace"}
+	return map[string]string{"tether artifact put": "workspace", "tether token create": "workspace", "tether workspace create": "from"}
 }
 
 // registerCompletions attaches the completion functions of completedArgs and

@@ -33,7 +33,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	var source string
 	var asJSON bool
 	var provOpts []string
-	var every time.Duration
+	var every, waitTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a workspace and wait until its runner is ready",
@@ -45,6 +45,13 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 			}
 			if source != "" && req.Project != "" {
 				return usageError{fmt.Errorf("--source and --project exclude each other: a project workspace is a checkout of the project's source")}
+			}
+			if source != "" && req.FromWorkspace != "" {
+				return usageError{fmt.Errorf("--source and --from exclude each other: a child continues its parent's files")}
+			}
+			if cmd.Flags().Changed("wait-timeout") {
+				d := protocol.Duration(waitTimeout)
+				req.WaitTimeout = &d
 			}
 			if source != "" {
 				if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
@@ -94,10 +101,14 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&source, "source", "", "directory to copy into the workspace (a Git checkout included)")
 	cmd.Flags().StringVar(&req.Project, "project", "", "make a Git workspace of this project (see tether project)")
 	cmd.Flags().StringVar(&req.Mode, "mode", "", "with --project: isolated, shared or operator-branch (default: the project's)")
-	cmd.Flags().StringVar(&req.Branch, "branch", "", "with --project: the branch (default tether/NAME when isolated, tether/shared when shared)")
+	cmd.Flags().StringVar(&req.Branch, "branch", "", "with --project: the branch (default tether/NAME when isolated, tether/shared when shared); with --from a project workspace: the child's branch (default tether/NAME)")
 	cmd.Flags().StringArrayVar(&req.Provision, "provision", nil, "with --project: a shell command run inside the allocation after the project's; repeatable")
 	cmd.Flags().StringArrayVar(&req.Teardown, "teardown", nil, "with --project: a shell command run before release after the project's; repeatable")
 	cmd.Flags().DurationVar(&every, "checkpoint-every", 0, "take a checkpoint (a receipt when the tree changed) this often; 0 turns it off (default: the controller's --checkpoint-every)")
+	cmd.Flags().StringVar(&req.FromWorkspace, "from", "", "make a child of workspace WS: its own allocation and lease, continuing WS's files (and Git state, on a branch of its own) from WS's last receipt")
+	cmd.Flags().StringVar(&req.FromSnapshot, "from-snapshot", "", "with --from: continue from this receipt of WS instead of its last")
+	cmd.Flags().BoolVar(&req.WaitForSave, "wait-for-save", false, "with --from: wait, holding nothing, for WS's next receipt (a checkpoint, snapshot or close) and continue from it")
+	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait-for-save: how long to wait for WS's next receipt (default 10m, at most 1h)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }
@@ -197,7 +208,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 			if err := c.printFields(append([][2]string{
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
-				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
+				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)}, {"Parent", parentLine(w)},
 			}, append(append(append(checkpointRows(w), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
@@ -283,6 +294,14 @@ func usageRows(w api.Workspace) [][2]string {
 	}
 	return [][2]string{{"CPU", fmt.Sprintf("%.1f%%", u.CPUPercent)}, {"Memory", humanBytes(u.MemoryBytes)},
 		{"Disk", humanBytes(u.DiskBytes)}, {"Sampled", u.SampledAt.Local().Format(time.RFC3339)}}
+}
+
+// parentLine says where a child came from ("" for a workspace that is no one's child).
+func parentLine(w api.Workspace) string {
+	if w.Parent == nil {
+		return ""
+	}
+	return w.Parent.Workspace + " at receipt " + w.Parent.Snapshot
 }
 
 func gitRows(w api.Workspace) [][2]string {

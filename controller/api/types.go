@@ -58,6 +58,9 @@ type Workspace struct {
 	// from it, the base workspace pull compares both sides with.
 	SourceDir  string `json:"source_dir,omitempty"`
 	SourceBase string `json:"source_base,omitempty"`
+	// Parent is set for a child (workspace create --from, or a fork): the workspace and the
+	// receipt it continues.
+	Parent *WorkspaceParent `json:"parent,omitempty"`
 	// Usage is the latest resource usage the workspace's runner reported to the controller that
 	// answered (kept in its memory; absent until the first report, and when not connected).
 	Usage *WorkspaceUsage `json:"usage,omitempty"`
@@ -112,6 +115,22 @@ type CreateWorkspaceRequest struct {
 	// CheckpointEvery is the workspace's checkpoint interval (0: off; unset: the controller's
 	// default).
 	CheckpointEvery *protocol.Duration `json:"checkpoint_every,omitempty"`
+	// FromWorkspace makes a child of that workspace (id or name): a new workspace, with its
+	// own allocation, lease and epoch, that continues the parent's files (and Git state, on a
+	// branch of its own) from the parent's last receipt, or from FromSnapshot, a receipt of the
+	// parent. WaitForSave waits first, once, for the parent's next receipt (a checkpoint,
+	// snapshot or close made after the request arrived), at most WaitTimeout (default 10m).
+	FromWorkspace string             `json:"from_workspace,omitempty"`
+	FromSnapshot  string             `json:"from_snapshot,omitempty"`
+	WaitForSave   bool               `json:"wait_for_save,omitempty"`
+	WaitTimeout   *protocol.Duration `json:"wait_timeout,omitempty"`
+}
+
+// WorkspaceParent is where a child workspace came from: its parent and the receipt of the
+// parent it continues.
+type WorkspaceParent struct {
+	Workspace string `json:"workspace"`
+	Snapshot  string `json:"snapshot"`
 }
 
 // Run states.

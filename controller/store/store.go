@@ -100,6 +100,9 @@ type Workspaces interface {
 	// AdvanceSourceBase moves the base from one receipt to another (a pull that brought
 	// everything back), only while it is still from: CodeConflict otherwise.
 	AdvanceSourceBase(ctx context.Context, id, from, to string) error
+	// SetWorkspaceParent records that a child workspace continues parent from the parent's
+	// receipt snapshot. Set once: CodeConflict after that.
+	SetWorkspaceParent(ctx context.Context, id, parent, snapshot string) error
 }
 
 // Events is a workspace's history: the transitions Workspaces records, and what else happened

@@ -28,7 +28,8 @@ func scanLease(row interface{ Scan(...any) error }) (api.Lease, error) {
 	return l, err
 }
 
-// AcquireLease grants the workspace's lease to holder with a new, higher epoch, unless a lease
+// AcquireLease grants the workspace's lease to holder with a new, higher epoch (the store's
+// next: see nextEpoch), unless a lease
 // that has not expired is held. The workspace row is locked for the whole transaction, so of
 // any number of racing acquirers exactly one wins an epoch.
 func (s *DB) AcquireLease(ctx context.Context, workspaceID, holder string, ttl time.Duration) (api.Lease, error) {
@@ -55,7 +56,11 @@ func (s *DB) AcquireLease(ctx context.Context, workspaceID, holder string, ttl t
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return api.Lease{}, err
 	}
-	l := api.Lease{WorkspaceID: workspaceID, Holder: holder, Epoch: epoch + 1, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
+	next, err := s.nextEpoch(ctx, tx, epoch)
+	if err != nil {
+		return api.Lease{}, err
+	}
+	l := api.Lease{WorkspaceID: workspaceID, Holder: holder, Epoch: next, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
 	if _, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET epoch = ?, updated_at = ? WHERE id = ?`), int64(l.Epoch), now, workspaceID); err != nil {
 		return api.Lease{}, err
 	}
@@ -122,7 +127,10 @@ func (s *DB) BumpEpoch(ctx context.Context, workspaceID string) (uint64, error) 
 		}
 		return 0, err
 	}
-	epoch++
+	epoch, err = s.nextEpoch(ctx, tx, epoch)
+	if err != nil {
+		return 0, err
+	}
 	if _, err := tx.ExecContext(ctx, s.d.q(`UPDATE workspaces SET epoch = ?, updated_at = ? WHERE id = ?`), int64(epoch), s.now(), workspaceID); err != nil {
 		return 0, err
 	}

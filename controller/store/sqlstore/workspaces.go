@@ -72,7 +72,8 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 // allocation a.
 const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch,
 	w.git, w.reclaimed_at, w.created_at, w.updated_at, w.checkpoint_every, w.checkpoint_at,
-	COALESCE(w.source_dir, ''), COALESCE(w.source_base, '')`
+	COALESCE(w.source_dir, ''), COALESCE(w.source_base, ''),
+	COALESCE(w.parent_workspace, ''), COALESCE(w.parent_snapshot, '')`
 
 // workspaceFrom is the FROM clause every workspaceCols query uses.
 const workspaceFrom = ` FROM workspaces w LEFT JOIN allocations a ON a.id = w.allocation_id `
@@ -86,9 +87,14 @@ func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var git string
 	var reclaimed, checked sql.NullTime
 	var every sql.NullInt64
+	var parent api.WorkspaceParent
 	if err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch,
-		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked, &w.SourceDir, &w.SourceBase); err != nil {
+		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked, &w.SourceDir, &w.SourceBase,
+		&parent.Workspace, &parent.Snapshot); err != nil {
 		return w, err
+	}
+	if parent.Workspace != "" {
+		w.Parent = &parent
 	}
 	if every.Valid {
 		d := protocol.Duration(every.Int64)

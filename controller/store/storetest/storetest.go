@@ -34,6 +34,8 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"Checkpoints", plain(testCheckpoints)},
 		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
 		{"WorkspaceSource", plain(testWorkspaceSource)},
+		{"WorkspaceParent", plain(testWorkspaceParent)},
+		{"EpochsStoreWide", plain(testEpochsStoreWide)},
 		// Events
 		{"RecordEvent", plain(testRecordEvent)},
 		{"EventsAndAllocations", plain(testEventsAndAllocations)},
