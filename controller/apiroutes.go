@@ -175,6 +175,8 @@ func workspaceOps() []openapi.Op {
 			Body: jsonBody[api.ExportRequest](true), Responses: []openapi.Response{ok[api.ExportResult]()}}),
 		ws("POST /v1/workspaces/{id}/reopen", "reopenWorkspace", "Reopen a closed workspace from its saved copy", openapi.Op{
 			Body: jsonBody[api.ReopenRequest](false), Responses: []openapi.Response{ok[api.Workspace]()}}),
+		ws("POST /v1/workspaces/{id}/recover", "recoverWorkspace", "Rebuild a lost workspace on a fresh allocation from one of its receipts", openapi.Op{
+			Body: jsonBody[api.RecoverRequest](false), Responses: []openapi.Response{ok[api.Workspace]()}}),
 		ws("GET /v1/workspaces/{id}/events", "listEvents", "A workspace's state transitions", openapi.Op{Responses: []openapi.Response{ok[[]api.Event]()}}),
 		ws("GET /v1/workspaces/{id}/inspect", "inspectWorkspace", "A project workspace's Git state and delivery", openapi.Op{Responses: []openapi.Response{ok[api.Inspection]()}}),
 		ws("POST /v1/workspaces/{id}/reconcile", "reconcileWorkspace", "Fast-forward a project workspace to its base", openapi.Op{

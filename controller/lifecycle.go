@@ -9,6 +9,7 @@ import (
 	"github.com/tetherhq/tether/controller/hub"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/wsstate"
+	"github.com/tetherhq/tether/plugins/provider"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -285,9 +286,26 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 			return ws, err
 		}
 	}
+	return s.rebuild(ctx, ws, req.Provider, prov, last, rebuildSteps{finish: wsstate.FinishReopen, fail: wsstate.FailReopen,
+		done: func(alloc string) string { return "reopened on allocation " + alloc }, failed: "reopen failed"})
+}
+
+// rebuildSteps are the transitions and event causes of a rebuild: done names the new
+// allocation in the finishing event's cause, failed is the failing one's.
+type rebuildSteps struct {
+	finish, fail wsstate.Event
+	done         func(allocationID string) string
+	failed       string
+}
+
+// rebuild gives ws (in the state its caller moved it to) a fresh allocation on the named
+// provider, restores from onto it (nothing when nil: an empty tree) and starts a new writer
+// epoch, then makes steps.finish. On failure the new allocation is destroyed and steps.fail
+// puts the workspace back, with the reason.
+func (s *Server) rebuild(ctx context.Context, ws api.Workspace, name string, prov provider.Provider, from *api.Snapshot, steps rebuildSteps) (api.Workspace, error) {
 	now := s.now()
 	token := newToken(prefixBootstrap)
-	alloc := store.Allocation{ID: newID("al_"), WorkspaceID: ws.ID, Provider: req.Provider, State: store.AllocStarting,
+	alloc := store.Allocation{ID: newID("al_"), WorkspaceID: ws.ID, Provider: name, State: store.AllocStarting,
 		BootstrapHash: hashToken(token), CreatedAt: now, UpdatedAt: now, PlacedOn: s.id, ReadyBy: s.readyBy(now)}
 	fail := func(err error) (api.Workspace, error) {
 		bg := context.WithoutCancel(ctx)
@@ -295,13 +313,13 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 		if cur.AllocationID == alloc.ID {
 			_ = s.releaseAllocation(bg, cur)
 		}
-		_ = s.store.TransitionWorkspace(bg, ws.ID, wsstate.FailReopen, protocol.AsError(err).Message, "reopen failed")
+		_ = s.store.TransitionWorkspace(bg, ws.ID, steps.fail, protocol.AsError(err).Message, steps.failed)
 		return ws, err
 	}
 	if err := s.store.AddAllocation(ctx, alloc); err != nil {
 		return fail(err)
 	}
-	ws.AllocationID, ws.Provider = alloc.ID, req.Provider
+	ws.AllocationID, ws.Provider = alloc.ID, name
 	if err := s.startAllocation(ctx, prov, ws, token); err != nil {
 		return fail(err)
 	}
@@ -313,12 +331,12 @@ func (s *Server) ReopenWorkspace(ctx context.Context, idOrName string, req api.R
 	if !ok {
 		return fail(protocol.Errorf(protocol.CodeUnavailable, "the new runner disconnected"))
 	}
-	if last != nil {
-		if err := s.restoreInto(ctx, c, *last, epoch); err != nil {
+	if from != nil {
+		if err := s.restoreInto(ctx, c, *from, epoch); err != nil {
 			return fail(err)
 		}
 	}
-	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReopen, "", "reopened on allocation "+alloc.ID); err != nil {
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, steps.finish, "", steps.done(alloc.ID)); err != nil {
 		return fail(err)
 	}
 	s.pushEpoch(ctx, ws, epoch)

@@ -68,6 +68,8 @@ func (f fileSource) setHeaders(h http.Header) {
 //     receipt and is not served until it is ready): the last receipt.
 //   - closing after the close released the allocation, which it does only once the tree is
 //     saved: the last receipt.
+//   - lost (its sandbox was destroyed outside Tether): the last receipt, the newest work that
+//     survives (a recovering one is unavailable: it may be restoring an older receipt).
 //   - anything else is unavailable: above all a ready workspace whose runner is not
 //     connected, whose tree may hold work newer than any save.
 func (s *Server) readSource(ctx context.Context, idOrName string) (fileSource, error) {
@@ -89,7 +91,8 @@ func (s *Server) readSource(ctx context.Context, idOrName string) (fileSource, e
 		}
 		return src, protocol.Errorf(protocol.CodeUnavailable,
 			"the runner of workspace %s is not connected: its files may hold work newer than any save, so no saved copy is served in their place", ws.ID)
-	case api.StateClosed, api.StateReopening:
+	case api.StateClosed, api.StateReopening, api.StateLost:
+		// A lost workspace's live files are gone: its last receipt is all there is to read.
 		return s.savedSource(ctx, src)
 	case api.StateDeleted:
 		return src, protocol.Errorf(protocol.CodeNotFound, "workspace %s was deleted; its snapshots remain (tether snapshot ls)", ws.ID)

@@ -357,6 +357,7 @@ func (s *Server) routes() []route {
 		// Export writes into a directory of the controller's host: the operator's.
 		{"POST /v1/workspaces/{id}/export", scopeOperator, s.handleExport},
 		{"POST /v1/workspaces/{id}/reopen", scopeWorkspace, s.handleReopen},
+		{"POST /v1/workspaces/{id}/recover", scopeWorkspace, s.handleRecover},
 		{"GET /v1/workspaces/{id}/events", scopeWorkspace, s.handleEvents},
 		{"GET /v1/workspaces/{id}/inspect", scopeWorkspace, s.handleInspect},
 		{"POST /v1/workspaces/{id}/reconcile", scopeWorkspace, s.handleReconcile},

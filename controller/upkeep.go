@@ -14,7 +14,7 @@ import (
 
 // Cluster-wide locks: work that one controller at a time does for all.
 const (
-	lockUpkeep = "upkeep"     // disowning dead peers' runners, enforcing ready deadlines
+	lockUpkeep = "upkeep"     // disowning dead peers' runners, enforcing ready deadlines, finding lost sandboxes
 	lockSweep  = "blob-sweep" // the startup sweep of blobs without receipts
 	lockGC     = "gc"         // gc sweeps
 )
@@ -42,8 +42,13 @@ func (s *Server) upkeep(ctx context.Context) {
 
 func (s *Server) upkeepOnce(ctx context.Context) error {
 	release, ok, err := s.store.TryClusterLock(ctx, lockUpkeep)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		// The host-local sandboxes this controller placed are its own to inspect, lock or not.
+		s.detectLost(ctx, false)
+		return nil
 	}
 	defer release()
 	if err := s.disownDeadPeers(ctx); err != nil {
@@ -54,7 +59,11 @@ func (s *Server) upkeepOnce(ctx context.Context) error {
 	if _, err := s.expireUploads(ctx); err != nil {
 		s.log.Warn("expire upload sessions", "err", err)
 	}
-	return s.failOverdue(ctx)
+	if err := s.failOverdue(ctx); err != nil {
+		return err
+	}
+	s.detectLost(ctx, true)
+	return nil
 }
 
 // disownDeadPeers marks disconnected the runners held by controllers whose heartbeat expired:

@@ -366,7 +366,9 @@ func notReady(ws api.Workspace) error {
 	switch ws.State {
 	case api.StateClosed:
 		next = fmt.Sprintf("; reopen it with \"tether workspace reopen %s\"", ws.ID)
-	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming:
+	case api.StateLost:
+		next = fmt.Sprintf("; its sandbox was destroyed outside Tether: see what was lost with \"tether workspace events %s\", rebuild it from its last receipt with \"tether workspace recover %s\"", ws.ID, ws.ID)
+	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming, api.StateRecovering:
 		next = fmt.Sprintf("; wait until it is done (\"tether workspace show %s\")", ws.ID)
 	case api.StateFailed:
 		next = fmt.Sprintf("; see why with \"tether workspace events %s\"", ws.ID)

@@ -24,6 +24,11 @@ const (
 	// StateReclaiming: a closed workspace whose superseded storage a gc sweep is removing. A
 	// sweep interrupted here is finished by the next one; a reopen waits for it.
 	StateReclaiming WorkspaceState = "reclaiming"
+	// StateLost: the provider reported the sandbox gone (destroyed outside Tether) while the
+	// work since the last receipt was unsaved. Only a recover or a delete leaves it.
+	StateLost WorkspaceState = "lost"
+	// StateRecovering: a recover is rebuilding a lost workspace on a fresh allocation.
+	StateRecovering WorkspaceState = "recovering"
 )
 
 // Workspace is a durable unit of work.
@@ -297,6 +302,19 @@ type CloseResult struct {
 // ReopenRequest is the body of POST /v1/workspaces/{id}/reopen.
 type ReopenRequest struct {
 	Provider string `json:"provider,omitempty"`
+}
+
+// RecoverRequest is the body of POST /v1/workspaces/{id}/recover: rebuild a lost workspace on a
+// fresh allocation from one of its own receipts.
+type RecoverRequest struct {
+	// From is the receipt of this workspace to recover from; empty: its newest.
+	From string `json:"from,omitempty"`
+	// Note is the operator's word on the decision, recorded with it (at most 1024 bytes of
+	// printable text).
+	Note string `json:"note,omitempty"`
+	// Empty recovers a workspace that has no receipt at all from an empty tree; without it such
+	// a recover is refused.
+	Empty bool `json:"empty,omitempty"`
 }
 
 // ExportRequest is the body of POST /v1/workspaces/{id}/export.

@@ -269,6 +269,12 @@ func (c *Client) ReopenWorkspace(ctx context.Context, id string, req api.ReopenR
 	return ws, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/reopen", req, &ws)
 }
 
+// RecoverWorkspace rebuilds a lost workspace on a new allocation from one of its receipts.
+func (c *Client) RecoverWorkspace(ctx context.Context, id string, req api.RecoverRequest) (api.Workspace, error) {
+	var ws api.Workspace
+	return ws, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/recover", req, &ws)
+}
+
 func (c *Client) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
 	var out []api.Event
 	return out, c.get(ctx, "/v1/workspaces/"+url.PathEscape(id)+"/events", nil, &out)

@@ -18,7 +18,17 @@
 //	fail-reopen      reopening                                 closed
 //	start-reclaim    closed                                    reclaiming
 //	finish-reclaim   reclaiming                                closed
+//	lose             ready                                     lost
+//	start-recover    lost                                      recovering
+//	finish-recover   recovering                                ready
+//	fail-recover     recovering                                lost
 //	delete           every state but deleted                   deleted
+//
+// Lost is a workspace whose sandbox its provider reported gone, destroyed outside Tether, while
+// its work since the last receipt was not saved: only a recover (from a receipt, a decision an
+// operator records) or a delete leaves it. Lose leaves ready only for now: when the stop/start
+// states (stopped, starting, stopping) join the table, a stopped workspace's retained sandbox
+// can be destroyed outside Tether just the same, and lose leaves stopped too.
 //
 // Deleted is the only terminal state. Something that happens to a workspace without changing its
 // state (a refused runner, a failed teardown) is an event of the store's RecordEvent, not a
@@ -63,6 +73,16 @@ const (
 	StartReclaim Event = "start-reclaim"
 	// FinishReclaim: the sweep (or the next one, or a reopen) finished the reclaim.
 	FinishReclaim Event = "finish-reclaim"
+	// Lose: the provider, asked afresh, reported the sandbox gone while no runner was connected;
+	// the work since the last receipt is lost and the active runs failed.
+	Lose Event = "lose"
+	// StartRecover: a recover claimed the lost workspace (one of any racing recovers).
+	StartRecover Event = "start-recover"
+	// FinishRecover: the chosen receipt (or, asked for explicitly, an empty tree) was restored
+	// onto a fresh allocation.
+	FinishRecover Event = "finish-recover"
+	// FailRecover: the recover failed; its allocation is released and the workspace lost again.
+	FailRecover Event = "fail-recover"
 	// Delete: workspace rm, from any state but deleted.
 	Delete Event = "delete"
 )
@@ -76,7 +96,7 @@ type Transition struct {
 
 // states lists every state, in the order a workspace usually meets them.
 var states = []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-	api.StateReopening, api.StateReclaiming, api.StateDeleted}
+	api.StateReopening, api.StateReclaiming, api.StateLost, api.StateRecovering, api.StateDeleted}
 
 // table is the state machine. Every change of a workspace's state is one of its rows.
 var table = []Transition{
@@ -90,8 +110,13 @@ var table = []Transition{
 	{FailReopen, []State{api.StateReopening}, api.StateClosed},
 	{StartReclaim, []State{api.StateClosed}, api.StateReclaiming},
 	{FinishReclaim, []State{api.StateReclaiming}, api.StateClosed},
+	// Lose: add stopped (and starting, stopping) at the merge with stop/start.
+	{Lose, []State{api.StateReady}, api.StateLost},
+	{StartRecover, []State{api.StateLost}, api.StateRecovering},
+	{FinishRecover, []State{api.StateRecovering}, api.StateReady},
+	{FailRecover, []State{api.StateRecovering}, api.StateLost},
 	{Delete, []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-		api.StateReopening, api.StateReclaiming}, api.StateDeleted},
+		api.StateReopening, api.StateReclaiming, api.StateLost, api.StateRecovering}, api.StateDeleted},
 }
 
 // States returns every workspace state.

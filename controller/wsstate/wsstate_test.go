@@ -24,8 +24,12 @@ func TestTableIsWhatTheControllerDoes(t *testing.T) {
 		"fail-reopen: reopening → closed",        // ReopenWorkspace: failed, allocation released
 		"start-reclaim: closed → reclaiming",     // GC
 		"finish-reclaim: reclaiming → closed",    // GC, the next GC or a reopen finishing it
+		"lose: ready → lost",                     // upkeep: provider says gone, no runner (stopped joins at the stop/start merge)
+		"start-recover: lost → recovering",       // RecoverWorkspace (races another recover)
+		"finish-recover: recovering → ready",     // RecoverWorkspace: restored on a fresh allocation
+		"fail-recover: recovering → lost",        // RecoverWorkspace: failed, allocation released
 		// DeleteWorkspace, from any state but deleted
-		"delete: provisioning ready failed closing closed reopening reclaiming → deleted",
+		"delete: provisioning ready failed closing closed reopening reclaiming lost recovering → deleted",
 	}
 	var got []string
 	for _, tr := range Table() {
@@ -67,7 +71,7 @@ func TestTableIsWellFormed(t *testing.T) {
 	}
 	// Every state of the API is one of the machine's, and no other.
 	all := []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing,
-		api.StateClosed, api.StateReopening, api.StateDeleted, api.StateReclaiming}
+		api.StateClosed, api.StateReopening, api.StateDeleted, api.StateReclaiming, api.StateLost, api.StateRecovering}
 	if got := States(); len(got) != len(all) {
 		t.Fatalf("States() = %v; want %v", got, all)
 	}
@@ -131,6 +135,22 @@ func TestReachability(t *testing.T) {
 	for _, s := range States() {
 		if Allowed(api.StateDeleted, s) || Allowed(api.StateFailed, s) && s != api.StateDeleted {
 			t.Fatalf("deleted or failed → %s is allowed", s)
+		}
+	}
+	// A lost workspace leaves only by a recover (which may fail back to lost) or a delete: its
+	// loss is never undone by anything that would pretend nothing was lost (a reopen, a close).
+	if got := Next(api.StateLost); !slices.Equal(got, []State{api.StateRecovering, api.StateDeleted}) {
+		t.Fatalf("Next(lost) = %v; want recovering, deleted", got)
+	}
+	if got := Next(api.StateRecovering); !slices.Equal(got, []State{api.StateReady, api.StateLost, api.StateDeleted}) {
+		t.Fatalf("Next(recovering) = %v; want ready, lost, deleted", got)
+	}
+	if p, ok := Path(api.StateLost, api.StateReady); !ok || !slices.Equal(p, []Event{StartRecover, FinishRecover}) {
+		t.Fatalf("Path(lost, ready) = %v, %v", p, ok)
+	}
+	for _, s := range []State{api.StateClosed, api.StateReopening, api.StateClosing, api.StateProvisioning, api.StateFailed} {
+		if Allowed(s, api.StateLost) {
+			t.Fatalf("%s → lost is allowed: only a ready workspace (with a live sandbox to lose) is lost", s)
 		}
 	}
 	if p, ok := Path(api.StateClosed, api.StateClosed); !ok || len(p) != 0 {

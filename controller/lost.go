@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
+	"github.com/tetherhq/tether/plugins/provider"
+	"github.com/tetherhq/tether/protocol"
+)
+
+// Lost workspaces. A sandbox destroyed outside Tether (docker rm -f, a Daytona sandbox deleted
+// in its dashboard, a host wiped) takes with it whatever the workspace held beyond its last
+// receipt. The controller notices in its upkeep: a ready workspace whose runner is not connected
+// and whose provider, asked afresh, says the sandbox is gone becomes lost, with what is known
+// lost recorded as an event and its active runs failed. A disconnected runner alone is never a
+// loss: runners reconnect, and only the provider's answer decides.
+//
+// What is known lost: the controller keeps no digest of a live tree (close --check walks it on
+// demand, checkpoints compare at their turn and keep no result beyond a receipt), so at the
+// moment of loss it cannot prove the tree still equalled its last receipt: a run, a service or
+// a file write may have changed it since anyone last looked. The workspace is therefore always
+// lost, never quietly closed; the record names the last receipt, when a checkpoint last looked
+// at the tree, and the runs and services that were active (each a writer the receipt may not
+// hold). Recovering from that receipt (tether workspace recover) is the decision an operator
+// makes and the controller records.
+
+// lostRunReason is the error a run active at a loss ends with; it stays failed for good.
+func lostRunReason(allocationID string) string {
+	return fmt.Sprintf("lost: the sandbox of allocation %s was destroyed outside Tether while this run was active", allocationID)
+}
+
+// detectLost looks at every ready workspace whose runner is not connected and asks its provider
+// whether the sandbox still exists; a gone one is lost (loseWorkspace). Each controller inspects
+// the host-local sandboxes it placed itself (only it can reach them); the others are inspected
+// by the controller holding the upkeep lock (locked). A sandbox whose host is unreachable is
+// not inspected: unknown is not gone.
+func (s *Server) detectLost(ctx context.Context, locked bool) {
+	list, err := s.store.ListWorkspaces(ctx, false)
+	if err != nil {
+		s.log.Warn("lost check: list workspaces", "err", err)
+		return
+	}
+	for _, ws := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		if ws.State != api.StateReady || s.connected(ctx, ws.AllocationID) {
+			continue
+		}
+		a, err := s.store.GetAllocation(ctx, ws.AllocationID)
+		if err != nil || a.State != store.AllocDisconnected {
+			// Starting: the ready deadline decides (failOverdue); connected: another controller
+			// holds it; destroyed or failed: already released.
+			continue
+		}
+		local, err := s.hostLocal(ctx, a.Provider)
+		if err != nil {
+			continue
+		}
+		mine := a.PlacedOn == s.id || (a.PlacedOn == "" && locked)
+		if (local && !mine) || (!local && !locked) {
+			continue
+		}
+		st, err := s.inspectSandbox(ctx, a)
+		if err != nil {
+			s.log.Warn("lost check: inspect", "workspace", ws.ID, "allocation", a.ID, "err", err)
+			continue
+		}
+		if st.State != provider.StateGone {
+			continue
+		}
+		// Asked again after the provider answered: a runner that connected meanwhile means the
+		// sandbox is there after all.
+		if s.connected(ctx, ws.AllocationID) {
+			continue
+		}
+		if err := s.loseWorkspace(ctx, ws, a, st.Reason); err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
+			s.log.Warn("lost check: record the loss", "workspace", ws.ID, "err", err)
+		}
+	}
+}
+
+// inspectSandbox asks the allocation's provider, here, for its sandbox's state.
+func (s *Server) inspectSandbox(ctx context.Context, a store.Allocation) (provider.Status, error) {
+	prov, err := s.providerFor(ctx, a.Provider)
+	if err != nil {
+		return provider.Status{}, err
+	}
+	return prov.Inspect(ctx, a.ID)
+}
+
+// loseWorkspace records ws's loss: the workspace lost (only from ready: a close, a delete or a
+// runner that came back first wins), what is known lost as the transition's cause, its active
+// runs failed, its allocation destroyed (its session revoked, whatever the provider left of the
+// sandbox removed).
+func (s *Server) loseWorkspace(ctx context.Context, ws api.Workspace, a store.Allocation, why string) error {
+	ctx = context.WithoutCancel(ctx)
+	running, err := s.store.RunningRuns(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	loss, err := s.lossReport(ctx, ws, a, why, running)
+	if err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("the sandbox of allocation %s was destroyed outside Tether (%s)", a.ID, firstNonEmpty(why, "provider: gone"))
+	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.Lose, reason, loss); err != nil {
+		return err
+	}
+	s.log.Warn("workspace lost: its sandbox was destroyed outside Tether", "workspace", ws.ID, "allocation", a.ID, "active_runs", len(running))
+	for _, run := range running {
+		if err := s.store.FinishRun(ctx, store.RunFinish{ID: run.ID, State: api.RunFailed, Error: lostRunReason(a.ID), At: s.now()}); err != nil {
+			s.log.Warn("lost: fail run", "run", run.ID, "err", err)
+		}
+	}
+	// No runner of the gone sandbox is admitted again, and the provider's leftovers (a Docker
+	// network) go.
+	if err := s.store.UpdateAllocation(ctx, a.ID, store.AllocDestroyed, "", ""); err != nil {
+		return err
+	}
+	s.disconnect(ctx, a.ID)
+	if err := s.destroySandbox(ctx, a); err != nil {
+		_ = s.store.RecordEvent(ctx, ws.ID, "what was left of the sandbox of lost allocation "+a.ID+" was not removed: "+protocol.AsError(err).Message)
+	}
+	// Every writer of the lost allocation is fenced.
+	_, err = s.store.BumpEpoch(ctx, ws.ID)
+	return err
+}
+
+// lossReport says what is known lost, for the lose event: the last receipt (or none), when a
+// checkpoint last looked at the tree, the runs and services that were active.
+func (s *Server) lossReport(ctx context.Context, ws api.Workspace, a store.Allocation, why string, running []api.Run) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lost: the provider reports the sandbox of allocation %s gone", a.ID)
+	if why != "" {
+		fmt.Fprintf(&b, " (%s)", why)
+	}
+	last, err := s.lastReceipt(ctx, ws.ID)
+	if err != nil {
+		return "", err
+	}
+	if last == nil {
+		b.WriteString("; every change is lost: the workspace has no receipt")
+	} else {
+		fmt.Fprintf(&b, "; unsaved changes since receipt %s (tree %s, taken %s) are lost", last.ID, short(last.Summary.Tree), stamp(last.CreatedAt))
+	}
+	if ws.LastCheckpointAt != nil {
+		fmt.Fprintf(&b, "; a checkpoint last looked at the tree %s", stamp(*ws.LastCheckpointAt))
+	}
+	fmt.Fprintf(&b, "; runner last seen %s", stamp(a.UpdatedAt))
+	if len(running) > 0 {
+		ids := make([]string, len(running))
+		for i, r := range running {
+			ids[i] = r.ID
+		}
+		fmt.Fprintf(&b, "; active runs failed: %s", strings.Join(ids, ", "))
+	}
+	if svcs, err := s.store.ListServices(ctx, ws.ID); err == nil {
+		var names []string
+		for _, svc := range svcs {
+			if svc.State == protocol.ServiceReady || svc.State == protocol.ServiceStarting {
+				names = append(names, svc.Name)
+			}
+		}
+		if len(names) > 0 {
+			fmt.Fprintf(&b, "; services that were running: %s", strings.Join(names, ", "))
+		}
+	}
+	return b.String(), nil
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// short is the first 12 characters of a digest, for a message.
+func short(d string) string {
+	if len(d) > 19 && strings.HasPrefix(d, "sha256:") {
+		return d[:19]
+	}
+	return d
+}
