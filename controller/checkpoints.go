@@ -104,12 +104,18 @@ func (s *Server) handleUpdateWorkspace(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ws)
 }
 
-// UpdateWorkspace changes a workspace's settings (its checkpoint interval).
+// UpdateWorkspace changes a workspace's settings (its checkpoint interval, its idle policy).
+// Everything asked is checked before anything changes.
 func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.UpdateWorkspaceRequest) (api.Workspace, error) {
 	if req.CheckpointDefault && req.CheckpointEvery != nil {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "checkpoint_every and checkpoint_default exclude each other")
 	}
-	if req.CheckpointEvery == nil && !req.CheckpointDefault {
+	idle, err := idleChoice(req.IdleStop, req.IdleClose, req.IdleDefault, req.IdleOff)
+	if err != nil {
+		return api.Workspace{}, err
+	}
+	idleSet := idle != nil || req.IdleDefault
+	if req.CheckpointEvery == nil && !req.CheckpointDefault && !idleSet {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "nothing to change")
 	}
 	ws, err := s.workspace(ctx, idOrName)
@@ -127,8 +133,15 @@ func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.U
 		}
 		every = &d
 	}
-	if err := s.store.SetCheckpointEvery(ctx, ws.ID, every); err != nil {
-		return ws, err
+	if req.CheckpointEvery != nil || req.CheckpointDefault {
+		if err := s.store.SetCheckpointEvery(ctx, ws.ID, every); err != nil {
+			return ws, err
+		}
+	}
+	if idleSet {
+		if err := s.store.SetIdlePolicy(ctx, ws.ID, idle); err != nil {
+			return ws, err
+		}
 	}
 	return s.workspace(ctx, ws.ID)
 }

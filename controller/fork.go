@@ -195,6 +195,12 @@ func (s *Server) forkOne(ctx context.Context, p forkPlan, snap api.Snapshot, nam
 			return ws, err
 		}
 	}
+	if p.src.IdlePolicy != nil {
+		// The source's own idle policy too: a fork of a workspace meant to sleep sleeps.
+		if err := s.store.SetIdlePolicy(ctx, ws.ID, p.src.IdlePolicy); err != nil {
+			return ws, err
+		}
+	}
 	if p.src.Git != nil {
 		g := *p.src.Git
 		g.Branch = ForkBranchPrefix + name
