@@ -34,6 +34,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	var provOpts []string
 	var every time.Duration
+	var idle idleFlags
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a workspace and wait until its runner is ready",
@@ -58,6 +59,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				d := protocol.Duration(every)
 				req.CheckpointEvery = &d
 			}
+			idle.request(cmd, &req.IdleStop, &req.IdleClose)
 			ws, err := cl.CreateWorkspace(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -98,6 +100,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringArrayVar(&req.Provision, "provision", nil, "with --project: a shell command run inside the allocation after the project's; repeatable")
 	cmd.Flags().StringArrayVar(&req.Teardown, "teardown", nil, "with --project: a shell command run before release after the project's; repeatable")
 	cmd.Flags().DurationVar(&every, "checkpoint-every", 0, "take a checkpoint (a receipt when the tree changed) this often; 0 turns it off (default: the controller's --checkpoint-every)")
+	idle.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }
@@ -198,7 +201,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)},
-			}, append(append(append(checkpointRows(w), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
+			}, append(append(append(append(checkpointRows(w), idleRows(w)...), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older
