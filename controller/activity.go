@@ -345,10 +345,28 @@ func (s *Server) wake(ctx context.Context, ws api.Workspace) (api.Workspace, err
 }
 
 func (s *Server) wakeOnce(ctx context.Context, ws api.Workspace) (api.Workspace, error) {
+	var woken api.Workspace
+	var err error
 	if ws.State == stateStopped {
 		_ = s.store.RecordEvent(ctx, ws.ID, "wake: starting the stopped workspace for a call")
-		return s.StartWorkspace(ctx, ws.ID)
+		woken, err = s.StartWorkspace(ctx, ws.ID)
+	} else {
+		_ = s.store.RecordEvent(ctx, ws.ID, "wake: reopening the "+string(ws.State)+" workspace for a call")
+		woken, err = s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{})
 	}
-	_ = s.store.RecordEvent(ctx, ws.ID, "wake: reopening the "+string(ws.State)+" workspace for a call")
-	return s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{})
+	if protocol.CodeOf(err) != protocol.CodeConflict {
+		return woken, err
+	}
+	// Another controller's wake (or a start or reopen by hand) got there first: ready is what
+	// was asked for; still on its way, the caller retries.
+	cur, gerr := s.store.GetWorkspace(ctx, ws.ID)
+	switch {
+	case gerr != nil:
+		return woken, err
+	case cur.State == api.StateReady:
+		return cur, nil
+	case cur.State == stateStarting || cur.State == api.StateReopening:
+		return cur, protocol.Errorf(protocol.CodeUnavailable, "workspace %s is %s; it is being woken", cur.ID, cur.State)
+	}
+	return woken, err
 }
