@@ -171,6 +171,10 @@ func TestIdleRunsAndConnections(t *testing.T) {
 	if _, err := conn.Write([]byte("ping")); err != nil {
 		t.Fatal(err)
 	}
+	// Read back, so the close below is a FIN, not a reset of unread bytes.
+	if _, err := io.ReadFull(conn, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
 	d.advance(after)
 	if got := tc.state(t, ws.workspaceID); got != api.StateReady {
 		t.Fatalf("%s into an open connection, %s after the run: %s", after, after+after/2, got)

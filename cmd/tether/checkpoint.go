@@ -64,7 +64,9 @@ func newWorkspaceUpdateCmd(c *cli) *cobra.Command {
 			case useDefault:
 				req.CheckpointDefault = true
 			}
-			idle.request(cmd, &req.IdleStop, &req.IdleClose)
+			if err := idle.request(cmd, &req.IdleStop, &req.IdleClose, "idle-default", "idle-off"); err != nil {
+				return err
+			}
 			req.IdleDefault, _ = cmd.Flags().GetBool("idle-default")
 			req.IdleOff, _ = cmd.Flags().GetBool("idle-off")
 			if req == (api.UpdateWorkspaceRequest{}) {
@@ -89,7 +91,6 @@ func newWorkspaceUpdateCmd(c *cli) *cobra.Command {
 	idle.add(cmd)
 	cmd.Flags().Bool("idle-default", false, "follow the controller's --idle-stop/--idle-close again")
 	cmd.Flags().Bool("idle-off", false, "no idle action for this workspace, whatever the controller's default")
-	cmd.MarkFlagsMutuallyExclusive("idle-stop", "idle-close", "idle-default", "idle-off")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }

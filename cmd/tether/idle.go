@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,11 +27,20 @@ type idleFlags struct {
 func (f *idleFlags) add(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.stop, "idle-stop", 0, "stop the workspace (keeping its sandbox) after this long without runs, service connections or file operations (at least 1m)")
 	cmd.Flags().DurationVar(&f.close, "idle-close", 0, "close the workspace (save and release) after this long without activity (at least 1m)")
-	cmd.MarkFlagsMutuallyExclusive("idle-stop", "idle-close")
 }
 
-// request fills the durations given into stop and close.
-func (f *idleFlags) request(cmd *cobra.Command, stop, close **protocol.Duration) {
+// request fills the durations given into stop and close; the flags named in others (bool flags)
+// exclude them and each other.
+func (f *idleFlags) request(cmd *cobra.Command, stop, close **protocol.Duration, others ...string) error {
+	var set []string
+	for _, name := range append([]string{"idle-stop", "idle-close"}, others...) {
+		if cmd.Flags().Changed(name) {
+			set = append(set, "--"+name)
+		}
+	}
+	if len(set) > 1 {
+		return usageError{fmt.Errorf("%s exclude each other", strings.Join(set, " and "))}
+	}
 	if cmd.Flags().Changed("idle-stop") {
 		d := protocol.Duration(f.stop)
 		*stop = &d
@@ -39,6 +49,7 @@ func (f *idleFlags) request(cmd *cobra.Command, stop, close **protocol.Duration)
 		d := protocol.Duration(f.close)
 		*close = &d
 	}
+	return nil
 }
 
 // idleRows are workspace show's lines about the idle policy in force and the last activity.

@@ -104,7 +104,6 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint each workspace without an interval of its own this often (0: off; see workspace update)")
 	cmd.Flags().DurationVar(&f.idleStop, "idle-stop", 0, "stop each workspace without an idle policy of its own after this long without activity (see workspace update; at least 1m)")
 	cmd.Flags().DurationVar(&f.idleClose, "idle-close", 0, "close each workspace without an idle policy of its own after this long without activity (at least 1m)")
-	cmd.MarkFlagsMutuallyExclusive("idle-stop", "idle-close")
 	cmd.Flags().BoolVar(&f.wakeOnUse, "wake-on-use", false, "start a stopped workspace, or reopen a closed one, for any exec, files or service call, as --wake does")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().IntVar(&f.retention.KeepLast, "keep-last", 0, "default retention for gc and prune: keep each workspace's newest N receipts (unset: keep everything)")

@@ -59,7 +59,9 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 				d := protocol.Duration(every)
 				req.CheckpointEvery = &d
 			}
-			idle.request(cmd, &req.IdleStop, &req.IdleClose)
+			if err := idle.request(cmd, &req.IdleStop, &req.IdleClose); err != nil {
+				return err
+			}
 			ws, err := cl.CreateWorkspace(cmd.Context(), req)
 			if err != nil {
 				return err
