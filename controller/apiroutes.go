@@ -37,7 +37,7 @@ var (
 		Description: "the service's own answer, any status; the controller's refusals are typed JSON errors"}
 	epochHeader = openapi.Param{Name: HeaderEpoch, Type: "integer",
 		Description: "the lease epoch this write runs under (required while a lease is held; see the lease routes)"}
-	wsParam = []openapi.Param{{Name: "id", Description: "workspace id or name"}}
+	wsParam    = []openapi.Param{{Name: "id", Description: "workspace id or name"}}
 	wakeHeader = openapi.Param{Name: HeaderWake, Type: "boolean",
 		Description: "true: a stopped workspace is started, a closed one reopened, before the call (else such a call is refused conflict, saying how to wake it; a file read then answers from the saved copy). A workspace still stopping or closing answers unavailable, which clients retry. tether serve --wake-on-use does this for every call"}
 )
