@@ -149,25 +149,11 @@ func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.U
 // checkpointLoop takes each workspace's checkpoint when its interval has passed, until ctx (the
 // controller's routines') is done. It runs on the injected clock.
 func (s *Server) checkpointLoop(ctx context.Context) {
-	t := s.cfg.Clock.NewTimer(checkpointTick)
-	defer t.Stop()
-	// The hook runs once the timer is armed, so a test that heard it may advance the clock.
-	passed := func() {
+	s.passLoop(ctx, checkpointTick, s.checkpointPass, func() {
 		if s.checkpointPassed != nil {
 			s.checkpointPassed()
 		}
-	}
-	passed()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-		}
-		s.checkpointPass(ctx)
-		t.Reset(checkpointTick)
-		passed()
-	}
+	})
 }
 
 // checkpointPass starts the checkpoint of every workspace that is due, each in a routine of its

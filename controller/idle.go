@@ -99,14 +99,19 @@ func (s *Server) withIdle(ws api.Workspace) api.Workspace {
 // idleLoop runs the idle sweep every idleTick on the injected clock until ctx (the controller's
 // routines') is done.
 func (s *Server) idleLoop(ctx context.Context) {
-	t := s.cfg.Clock.NewTimer(idleTick)
-	defer t.Stop()
-	// The hook runs once the timer is armed, so a test that heard it may advance the clock.
-	passed := func() {
+	s.passLoop(ctx, idleTick, s.idlePass, func() {
 		if s.idlePassed != nil {
 			s.idlePassed()
 		}
-	}
+	})
+}
+
+// passLoop runs pass every interval on the injected clock (the next interval counts from the
+// end of a pass) until ctx is done. passed runs once the timer is armed, first before any pass:
+// a test that heard it may advance the clock.
+func (s *Server) passLoop(ctx context.Context, every time.Duration, pass func(context.Context), passed func()) {
+	t := s.cfg.Clock.NewTimer(every)
+	defer t.Stop()
 	passed()
 	for {
 		select {
@@ -114,8 +119,8 @@ func (s *Server) idleLoop(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		s.idlePass(ctx)
-		t.Reset(idleTick)
+		pass(ctx)
+		t.Reset(every)
 		passed()
 	}
 }
