@@ -37,7 +37,9 @@ var (
 		Description: "the service's own answer, any status; the controller's refusals are typed JSON errors"}
 	epochHeader = openapi.Param{Name: HeaderEpoch, Type: "integer",
 		Description: "the lease epoch this write runs under (required while a lease is held; see the lease routes)"}
-	wsParam = []openapi.Param{{Name: "id", Description: "workspace id or name"}}
+	wsParam    = []openapi.Param{{Name: "id", Description: "workspace id or name"}}
+	wakeHeader = openapi.Param{Name: HeaderWake, Type: "boolean",
+		Description: "true: a stopped workspace is started, a closed one reopened, before the call (else such a call is refused conflict, saying how to wake it; a file read then answers from the saved copy). A workspace still stopping or closing answers unavailable, which clients retry. tether serve --wake-on-use does this for every call"}
 )
 
 // redirect is http.Redirect's answer: 307 (method and body kept), a small HTML body for GET.
@@ -68,6 +70,12 @@ func apiOps() []openapi.Op {
 	ops = append(ops, snapshotOps()...)
 	ops = append(ops, serviceOps()...)
 	ops = append(ops, otherOps()...)
+	// Every route that uses a workspace takes the wake header (activity.go's useRoutes).
+	for i := range ops {
+		if _, ok := useRoutes[ops[i].Pattern]; ok {
+			ops[i].Headers = append(ops[i].Headers, wakeHeader)
+		}
+	}
 	return ops
 }
 

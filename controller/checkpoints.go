@@ -104,12 +104,18 @@ func (s *Server) handleUpdateWorkspace(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ws)
 }
 
-// UpdateWorkspace changes a workspace's settings (its checkpoint interval).
+// UpdateWorkspace changes a workspace's settings (its checkpoint interval, its idle policy).
+// Everything asked is checked before anything changes.
 func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.UpdateWorkspaceRequest) (api.Workspace, error) {
 	if req.CheckpointDefault && req.CheckpointEvery != nil {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "checkpoint_every and checkpoint_default exclude each other")
 	}
-	if req.CheckpointEvery == nil && !req.CheckpointDefault {
+	idle, err := idleChoice(req.IdleStop, req.IdleClose, req.IdleDefault, req.IdleOff)
+	if err != nil {
+		return api.Workspace{}, err
+	}
+	idleSet := idle != nil || req.IdleDefault
+	if req.CheckpointEvery == nil && !req.CheckpointDefault && !idleSet {
 		return api.Workspace{}, protocol.Errorf(protocol.CodeInvalidArgument, "nothing to change")
 	}
 	ws, err := s.workspace(ctx, idOrName)
@@ -127,8 +133,15 @@ func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.U
 		}
 		every = &d
 	}
-	if err := s.store.SetCheckpointEvery(ctx, ws.ID, every); err != nil {
-		return ws, err
+	if req.CheckpointEvery != nil || req.CheckpointDefault {
+		if err := s.store.SetCheckpointEvery(ctx, ws.ID, every); err != nil {
+			return ws, err
+		}
+	}
+	if idleSet {
+		if err := s.store.SetIdlePolicy(ctx, ws.ID, idle); err != nil {
+			return ws, err
+		}
 	}
 	return s.workspace(ctx, ws.ID)
 }
@@ -136,25 +149,11 @@ func (s *Server) UpdateWorkspace(ctx context.Context, idOrName string, req api.U
 // checkpointLoop takes each workspace's checkpoint when its interval has passed, until ctx (the
 // controller's routines') is done. It runs on the injected clock.
 func (s *Server) checkpointLoop(ctx context.Context) {
-	t := s.cfg.Clock.NewTimer(checkpointTick)
-	defer t.Stop()
-	// The hook runs once the timer is armed, so a test that heard it may advance the clock.
-	passed := func() {
+	s.passLoop(ctx, checkpointTick, s.checkpointPass, func() {
 		if s.checkpointPassed != nil {
 			s.checkpointPassed()
 		}
-	}
-	passed()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-		}
-		s.checkpointPass(ctx)
-		t.Reset(checkpointTick)
-		passed()
-	}
+	})
 }
 
 // checkpointPass starts the checkpoint of every workspace that is due, each in a routine of its

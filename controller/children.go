@@ -30,6 +30,7 @@ type childSpec struct {
 	name, provider, branch string
 	options                map[string]string
 	every                  *protocol.Duration // nil: the parent's
+	idle                   *api.IdlePolicy    // nil: the parent's own policy
 }
 
 // createChild makes a child of req.FromWorkspace: a new workspace with its own allocation,
@@ -103,7 +104,11 @@ func (s *Server) planChild(ctx context.Context, req api.CreateWorkspaceRequest) 
 	if req.Branch != "" && parent.Git == nil {
 		return bad("--branch names a child's branch; workspace %s is not a project workspace", parent.ID)
 	}
-	spec := childSpec{name: req.Name, provider: req.Provider, branch: req.Branch, options: req.Options, every: req.CheckpointEvery}
+	idle, err := idleChoice(req.IdleStop, req.IdleClose, false, false)
+	if err != nil {
+		return api.Workspace{}, childSpec{}, 0, err
+	}
+	spec := childSpec{name: req.Name, provider: req.Provider, branch: req.Branch, options: req.Options, every: req.CheckpointEvery, idle: idle}
 	if spec.provider == "" {
 		spec.provider = parent.Provider
 	}
@@ -250,6 +255,16 @@ func (s *Server) restoreChild(ctx context.Context, parent api.Workspace, snap ap
 	if every != nil {
 		d := time.Duration(*every)
 		if err := s.store.SetCheckpointEvery(ctx, ws.ID, &d); err != nil {
+			return ws, err
+		}
+	}
+	// A child of a workspace meant to sleep sleeps too, unless it was given its own policy.
+	idle := spec.idle
+	if idle == nil {
+		idle = parent.IdlePolicy
+	}
+	if idle != nil {
+		if err := s.store.SetIdlePolicy(ctx, ws.ID, idle); err != nil {
 			return ws, err
 		}
 	}

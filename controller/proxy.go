@@ -72,6 +72,10 @@ func splitPrefix(escaped string, n int) (prefix, rest string) {
 // serveProxy sends r to the service and streams its answer back: bodies both ways as they come
 // (a server-sent event is flushed at once), an Upgrade (websocket) joined both ways.
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, t proxyTarget) {
+	if t.preview {
+		// Preview traffic uses the workspace like the proxy route does (which inUse counts).
+		defer s.beginActivity(r.Context(), t.ws.ID)()
+	}
 	upstream := "localhost:" + strconv.Itoa(t.svc.Port)
 	rp := &httputil.ReverseProxy{
 		Transport:     s.proxyTransport(t.ws, t.svc),

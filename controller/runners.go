@@ -313,5 +313,9 @@ func (s *Server) finishRun(ctx context.Context, runID string, exit protocol.Exec
 	if err := s.store.FinishRun(ctx, store.RunFinish{ID: runID, State: state, ExitCode: code, Signal: exit.Signal, Error: msg, At: s.now()}); err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
 	}
+	// A run is activity all the time it runs: the idle time counts from its end.
+	if run, err := s.store.GetRun(ctx, runID); err == nil {
+		s.activity.touch(run.WorkspaceID, s.now())
+	}
 	return nil
 }

@@ -89,6 +89,11 @@ type Config struct {
 	// CheckpointEvery is the default interval of automatic checkpoints for a workspace that has
 	// none of its own (0: off).
 	CheckpointEvery time.Duration
+	// Idle is the default idle policy of a workspace without one of its own (nil: none; see
+	// IdleDefault). WakeOnUse starts or reopens a stopped or closed workspace for any call that
+	// uses it, as if every call asked for it (HeaderWake).
+	Idle      *api.IdlePolicy
+	WakeOnUse bool
 	// ForwardPorts are the ports clients may reach in any workspace besides its services'
 	// (tether serve --forward-ports): the operator's explicit list, empty by default.
 	ForwardPorts forward.Ports
@@ -145,6 +150,13 @@ type Server struct {
 	// pass of the checkpoint loop.
 	busy             busySet
 	checkpointPassed func()
+	// activity is this controller's count of workspace use until it is flushed to the store;
+	// idleRetry when a refused idle action may be tried again; wakes the wakes in progress.
+	// idlePassed, when set (tests), is called after each pass of the idle loop.
+	activity   activityTracker
+	idleRetry  retryTimes
+	wakes      wakes
+	idlePassed func()
 	// starts marks the runs this controller is starting (idempotent repeats wait for them).
 	starts runStarts
 	// forwards counts the connections (and paces the bytes) forwarded into each workspace.
@@ -339,8 +351,8 @@ func (s *Server) apiMux() (*routeMux, *http.ServeMux) {
 func (s *Server) routes() []route {
 	// Clients escape the whole workspace path as one segment (a/b → a%2Fb): the mux then hands
 	// it to the runner's guard verbatim instead of cleaning or redirecting it first.
-	const files = "/v1/workspaces/{id}/files/{path...}"
-	return []route{
+	const files = filesPattern
+	rts := []route{
 		{"GET /v1/providers", scopeOperator, s.handleListProviders},
 		{"POST /v1/workspaces", scopeOperator, s.handleCreateWorkspace},
 		{"GET /v1/workspaces", scopeList, s.handleListWorkspaces},
@@ -422,6 +434,12 @@ func (s *Server) routes() []route {
 		{"GET /v1/tokens", scopeOperator, s.handleTokenList},
 		{"DELETE /v1/tokens/{name}", scopeOperator, s.handleTokenRevoke},
 	}
+	for i, rt := range rts {
+		if kind, ok := useRoutes[rt.pattern]; ok {
+			rts[i].handle = s.inUse(kind, rt.handle)
+		}
+	}
+	return rts
 }
 
 // Serve accepts connections on l until ctx ends, then drains (see drain) and shuts down: the
@@ -464,6 +482,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	s.log.Info("controller listening", "addr", l.Addr().String(), "advertise", s.advertise, "data", s.cfg.DataDir, "id", s.id, "peer", peerURL)
 	s.routines.Go("checkpoint loop", s.checkpointLoop)
+	s.routines.Go("activity flush", s.activityLoop)
+	s.routines.Go("idle sweep", s.idleLoop)
 	if s.cfg.GCInterval > 0 {
 		s.routines.Go("gc loop", func(ctx context.Context) { s.gcLoop(ctx, s.cfg.GCInterval, s.cfg.GCGrace) })
 	}

@@ -66,6 +66,10 @@ func (s *Server) createWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 			return api.Workspace{}, err
 		}
 	}
+	idle, err := idleChoice(req.IdleStop, req.IdleClose, false, false)
+	if err != nil {
+		return api.Workspace{}, err
+	}
 	if onID != nil {
 		onID(id)
 	}
@@ -98,7 +102,7 @@ func (s *Server) createWorkspace(ctx context.Context, req api.CreateWorkspaceReq
 	}
 	now := s.now()
 	ws := api.Workspace{ID: id, Name: req.Name, Provider: req.Provider, State: api.StateProvisioning,
-		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now, CheckpointEvery: req.CheckpointEvery}
+		AllocationID: newID("al_"), Git: git, CreatedAt: now, UpdatedAt: now, CheckpointEvery: req.CheckpointEvery, IdlePolicy: idle}
 
 	token := newToken(prefixBootstrap)
 	alloc := store.Allocation{ID: ws.AllocationID, WorkspaceID: ws.ID, Provider: ws.Provider,
@@ -237,7 +241,7 @@ func (s *Server) workspace(ctx context.Context, idOrName string) (api.Workspace,
 		return ws, err
 	}
 	ws.Connected = s.connected(ctx, ws.AllocationID)
-	ws = s.withUsage(s.withCheckpoint(ws))
+	ws = s.withUsage(s.withIdle(s.withCheckpoint(ws)))
 	if info, err := s.store.AllocationInfo(ctx, ws.AllocationID); err != nil {
 		s.log.Warn("read allocation info", "allocation", ws.AllocationID, "err", err)
 	} else if len(info) > 0 {
@@ -257,7 +261,7 @@ func (s *Server) handleListWorkspaces(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		if p.sees(ws.ID) {
 			ws.Connected = s.connected(r.Context(), ws.AllocationID)
-			list = append(list, s.withUsage(s.withCheckpoint(ws)))
+			list = append(list, s.withUsage(s.withIdle(s.withCheckpoint(ws))))
 		}
 	}
 	writeJSON(w, http.StatusOK, list)
@@ -368,7 +372,9 @@ func notReady(ws api.Workspace) error {
 		next = fmt.Sprintf("; reopen it with \"tether workspace reopen %s\"", ws.ID)
 	case api.StateLost:
 		next = fmt.Sprintf("; its sandbox was destroyed outside Tether: see what was lost with \"tether workspace events %s\", rebuild it from its last receipt with \"tether workspace recover %s\"", ws.ID, ws.ID)
-	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming, api.StateRecovering:
+	case stateStopped:
+		next = fmt.Sprintf("; start it with \"tether workspace start %s\"", ws.ID)
+	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming, api.StateRecovering, stateStopping, stateStarting:
 		next = fmt.Sprintf("; wait until it is done (\"tether workspace show %s\")", ws.ID)
 	case api.StateFailed:
 		next = fmt.Sprintf("; see why with \"tether workspace events %s\"", ws.ID)

@@ -48,9 +48,10 @@ func snapshotKind(s api.Snapshot) string {
 func newWorkspaceUpdateCmd(c *cli) *cobra.Command {
 	var every time.Duration
 	var useDefault, asJSON bool
+	var idle idleFlags
 	cmd := &cobra.Command{
 		Use:   "update WS",
-		Short: "Change a workspace's settings (its checkpoint interval)",
+		Short: "Change a workspace's settings (its checkpoint interval, its idle policy)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req api.UpdateWorkspaceRequest
@@ -62,8 +63,14 @@ func newWorkspaceUpdateCmd(c *cli) *cobra.Command {
 				req.CheckpointEvery = &d
 			case useDefault:
 				req.CheckpointDefault = true
-			default:
-				return usageError{fmt.Errorf("nothing to change: pass --checkpoint-every DUR or --checkpoint-default")}
+			}
+			if err := idle.request(cmd, &req.IdleStop, &req.IdleClose, "idle-default", "idle-off"); err != nil {
+				return err
+			}
+			req.IdleDefault, _ = cmd.Flags().GetBool("idle-default")
+			req.IdleOff, _ = cmd.Flags().GetBool("idle-off")
+			if req == (api.UpdateWorkspaceRequest{}) {
+				return usageError{fmt.Errorf("nothing to change: pass --checkpoint-every DUR, --checkpoint-default, --idle-stop DUR, --idle-close DUR, --idle-default or --idle-off")}
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -76,11 +83,14 @@ func newWorkspaceUpdateCmd(c *cli) *cobra.Command {
 			if asJSON {
 				return c.printJSON(ws)
 			}
-			return c.printFields(append([][2]string{{"ID", ws.ID}, {"Name", ws.Name}}, checkpointRows(ws)...))
+			return c.printFields(append(append([][2]string{{"ID", ws.ID}, {"Name", ws.Name}}, checkpointRows(ws)...), idleRows(ws)...))
 		},
 	}
 	cmd.Flags().DurationVar(&every, "checkpoint-every", 0, "take a checkpoint this often; 0 turns checkpoints off")
 	cmd.Flags().BoolVar(&useDefault, "checkpoint-default", false, "follow the controller's --checkpoint-every again")
+	idle.add(cmd)
+	cmd.Flags().Bool("idle-default", false, "follow the controller's --idle-stop/--idle-close again")
+	cmd.Flags().Bool("idle-off", false, "no idle action for this workspace, whatever the controller's default")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }

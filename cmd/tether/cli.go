@@ -30,6 +30,7 @@ type cli struct {
 	epoch          string // the writer epoch to claim (--epoch, TETHER_EPOCH)
 	retryFor       string // how long calls are retried (--retry-for, TETHER_RETRY_FOR)
 	context        string // the context to use instead of the current one (--context, TETHER_CONTEXT)
+	wake           bool   // start or reopen a stopped or closed workspace for the call (--wake)
 	started        bool   // cobra accepted the call and the command's own code runs
 }
 
@@ -135,6 +136,9 @@ func (c *cli) client() (*client.Client, error) {
 			return nil, usageError{fmt.Errorf("--epoch %q: want a positive integer", e)}
 		}
 		cl = cl.WithEpoch(n)
+	}
+	if c.wake {
+		cl = cl.WithWake()
 	}
 	return cl, nil
 }

@@ -70,6 +70,7 @@ func newCpCmd(c *cli) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create the destination's missing parent directories (in the workspace, each through the guard)")
 	rf.add(cmd)
+	c.addWakeFlag(cmd, false)
 	return cmd
 }
 

@@ -95,6 +95,7 @@ the same run, never a second process.`,
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "with -t: send the local input to the terminal")
 	cmd.Flags().BoolVar(&args.Detach, "detach", false, "start the run, print its id and return; it goes on alone")
 	cmd.Flags().StringVar(&args.IdempotencyKey, "idempotency-key", "", "a repeat with this key and the same command is the same run (attached to), never a second process")
+	c.addWakeFlag(cmd, false)
 	return cmd
 }
 

@@ -37,10 +37,13 @@ func newFilesCmd(c *cli) *cobra.Command {
 			"snapshot (source: saved, with the snapshot id and save time); the plain output then notes\n" +
 			"\"source: saved (SNAP, saved TIME)\" on stderr, and --json output carries source,\n" +
 			"allocation_id, snapshot_id and saved_at. A workspace whose runner is not connected is\n" +
-			"unavailable (exit 15): its files may hold unsaved work, so no older save is shown instead.",
+			"unavailable (exit 15): its files may hold unsaved work, so no older save is shown instead.\n\n" +
+			"Writes to a stopped or closed workspace are refused (conflict), saying how to start or reopen\n" +
+			"it; --wake starts or reopens it first (reads then come from the live tree too).",
 	}
 	cmd.AddCommand(newFilesLsCmd(c), newFilesStatCmd(c), newFilesGetCmd(c), newFilesPutCmd(c),
 		newFilesMkdirCmd(c), newFilesRmCmd(c), newFilesMvCmd(c), newFilesChmodCmd(c), newFilesWatchCmd(c))
+	c.addWakeFlag(cmd, true)
 	return cmd
 }
 

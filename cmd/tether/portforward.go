@@ -107,6 +107,7 @@ stderr and closed, and the listener stays up. Ctrl-C stops forwarding.`,
 		},
 	}
 	cmd.Flags().StringVar(&address, "address", "127.0.0.1", "local addresses to listen on, comma-separated")
+	c.addWakeFlag(cmd, false)
 	return cmd
 }
 

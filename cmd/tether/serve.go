@@ -21,6 +21,8 @@ type serveFlags struct {
 	blobs, snapshotKey, encrypt, store               string
 	readyTimeout, sweepGrace, gcInterval, gcGrace    time.Duration
 	checkpointEvery                                  time.Duration
+	idleStop, idleClose                              time.Duration
+	wakeOnUse                                        bool
 	maxFileSize                                      int64
 	providerConfig                                   []string
 	http                                             controller.HTTPLimits
@@ -100,6 +102,9 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd.Flags().DurationVar(&f.sweepGrace, "sweep-grace", time.Hour, "age an object without a receipt must reach before the startup sweep removes it")
 	cmd.Flags().DurationVar(&f.gcInterval, "gc-interval", 0, "run a gc sweep this often (0: never; see tether gc)")
 	cmd.Flags().DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint each workspace without an interval of its own this often (0: off; see workspace update)")
+	cmd.Flags().DurationVar(&f.idleStop, "idle-stop", 0, "stop each workspace without an idle policy of its own after this long without activity (see workspace update; at least 1m)")
+	cmd.Flags().DurationVar(&f.idleClose, "idle-close", 0, "close each workspace without an idle policy of its own after this long without activity (at least 1m)")
+	cmd.Flags().BoolVar(&f.wakeOnUse, "wake-on-use", false, "start a stopped workspace, or reopen a closed one, for any exec, files or service call, as --wake does")
 	cmd.Flags().DurationVar(&f.gcGrace, "gc-grace", 24*time.Hour, "how long a workspace stays closed before the periodic sweep may reclaim it")
 	cmd.Flags().IntVar(&f.retention.KeepLast, "keep-last", 0, "default retention for gc and prune: keep each workspace's newest N receipts (unset: keep everything)")
 	cmd.Flags().IntVar(&f.retention.KeepHourly, "keep-hourly", 0, "default retention: keep the newest receipt of each of the last N hours that have one")
@@ -148,6 +153,10 @@ func (f serveFlags) config(dataDir string) (controller.Config, error) {
 		BlobsURL: f.blobs, StoreURL: f.store, SnapshotKeyFile: f.snapshotKey, EncryptSnapshots: f.encrypt, SweepGrace: f.sweepGrace,
 		PeerURL: f.peerURL, MaxFileSize: f.maxFileSize, GCInterval: f.gcInterval, GCGrace: f.gcGrace, HTTP: f.http, Runners: f.runners,
 		Retention: f.retention, CheckpointEvery: f.checkpointEvery, ForwardLimits: f.forwardLimits,
+		WakeOnUse: f.wakeOnUse,
+	}
+	if cfg.Idle, err = controller.IdleDefault(f.idleStop, f.idleClose); err != nil {
+		return cfg, usageError{err}
 	}
 	if cfg.ForwardPorts, err = forward.ParsePorts(f.forwardPorts); err != nil {
 		return cfg, usageError{fmt.Errorf("--forward-ports: %w", err)}

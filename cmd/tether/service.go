@@ -24,6 +24,7 @@ const logsRetryFor = 2 * time.Minute
 func newServiceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "service", Aliases: []string{"svc"}, Short: "Start, list, read logs of, reach and stop a workspace's services"}
 	cmd.AddCommand(newServiceStartCmd(c), newServiceLsCmd(c), newServiceLogsCmd(c), newServiceEndpointCmd(c), newServiceURLCmd(c), newServiceStopCmd(c))
+	c.addWakeFlag(cmd, true)
 	return cmd
 }
 

@@ -34,6 +34,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	var asJSON bool
 	var provOpts []string
 	var every, waitTimeout time.Duration
+	var idle idleFlags
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a workspace and wait until its runner is ready",
@@ -64,6 +65,9 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 			if cmd.Flags().Changed("checkpoint-every") {
 				d := protocol.Duration(every)
 				req.CheckpointEvery = &d
+			}
+			if err := idle.request(cmd, &req.IdleStop, &req.IdleClose); err != nil {
+				return err
 			}
 			ws, err := cl.CreateWorkspace(cmd.Context(), req)
 			if err != nil {
@@ -109,6 +113,7 @@ func newWorkspaceCreateCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&req.FromSnapshot, "from-snapshot", "", "with --from: continue from this receipt of WS instead of its last")
 	cmd.Flags().BoolVar(&req.WaitForSave, "wait-for-save", false, "with --from: wait, holding nothing, for WS's next receipt (a checkpoint, snapshot or close) and continue from it")
 	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait-for-save: how long to wait for WS's next receipt (default 10m, at most 1h)")
+	idle.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }
@@ -209,7 +214,7 @@ func newWorkspaceShowCmd(c *cli) *cobra.Command {
 				{"ID", w.ID}, {"Name", w.Name}, {"Provider", w.Provider}, {"State", string(w.State)},
 				{"Reason", w.Reason}, {"Allocation", w.AllocationID}, {"Epoch", fmt.Sprint(w.Epoch)}, {"Root", w.Root},
 				{"Runner", connected(w)}, {"Created", w.CreatedAt.Local().Format(time.RFC3339)}, {"Parent", parentLine(w)},
-			}, append(append(append(checkpointRows(w), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
+			}, append(append(append(append(checkpointRows(w), idleRows(w)...), usageRows(w)...), gitRows(w)...), sandboxRows(w)...)...)); err != nil {
 				return err
 			}
 			// Services are a best-effort addition: a workspace without any (or an older

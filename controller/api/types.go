@@ -66,6 +66,13 @@ type Workspace struct {
 	// Parent is set for a child (workspace create --from, or a fork): the workspace and the
 	// receipt it continues.
 	Parent *WorkspaceParent `json:"parent,omitempty"`
+	// IdlePolicy is the workspace's own idle policy: nil follows the controller's default
+	// (tether serve --idle-stop/--idle-close), action "off" turns it off. Idle is the policy in
+	// force (nil: none); LastActivityAt is the last activity the store knows of (runs, service
+	// connections, file operations; flushed every few seconds, so it may lag a little).
+	IdlePolicy     *IdlePolicy `json:"idle_policy,omitempty"`
+	Idle           *IdlePolicy `json:"idle,omitempty"`
+	LastActivityAt *time.Time  `json:"last_activity_at,omitempty"`
 	// Usage is the latest resource usage the workspace's runner reported to the controller that
 	// answered (kept in its memory; absent until the first report, and when not connected).
 	Usage *WorkspaceUsage `json:"usage,omitempty"`
@@ -80,12 +87,31 @@ type WorkspaceUsage struct {
 	SampledAt   time.Time `json:"sampled_at"`
 }
 
+// Idle policy actions: what happens to a ready workspace with no activity for IdlePolicy.After.
+const (
+	IdleStop  = "stop"  // stop and retain the sandbox (workspace start resumes it)
+	IdleClose = "close" // save and release (workspace reopen restores it)
+	IdleOff   = "off"   // a workspace's own setting only: no idle action, whatever the default
+)
+
+// IdlePolicy is an idle action and how long a workspace must be idle before it is taken.
+type IdlePolicy struct {
+	Action string            `json:"action"`
+	After  protocol.Duration `json:"after,omitempty"`
+}
+
 // UpdateWorkspaceRequest is the body of PATCH /v1/workspaces/{id}: each field set is changed.
 type UpdateWorkspaceRequest struct {
 	// CheckpointEvery sets the workspace's checkpoint interval (0: off).
 	CheckpointEvery *protocol.Duration `json:"checkpoint_every,omitempty"`
 	// CheckpointDefault puts the workspace back on the controller's default interval.
 	CheckpointDefault bool `json:"checkpoint_default,omitempty"`
+	// IdleStop, IdleClose, IdleDefault and IdleOff set the workspace's idle policy: stop or
+	// close after that long without activity, the controller's default, or none. At most one.
+	IdleStop    *protocol.Duration `json:"idle_stop,omitempty"`
+	IdleClose   *protocol.Duration `json:"idle_close,omitempty"`
+	IdleDefault bool               `json:"idle_default,omitempty"`
+	IdleOff     bool               `json:"idle_off,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/workspaces/{id}/fork.
@@ -129,6 +155,10 @@ type CreateWorkspaceRequest struct {
 	FromSnapshot  string             `json:"from_snapshot,omitempty"`
 	WaitForSave   bool               `json:"wait_for_save,omitempty"`
 	WaitTimeout   *protocol.Duration `json:"wait_timeout,omitempty"`
+	// IdleStop or IdleClose (not both) is the workspace's idle policy: stop or close it after
+	// that long without activity (unset: the controller's default).
+	IdleStop  *protocol.Duration `json:"idle_stop,omitempty"`
+	IdleClose *protocol.Duration `json:"idle_close,omitempty"`
 }
 
 // WorkspaceParent is where a child workspace came from: its parent and the receipt of the

@@ -23,6 +23,7 @@ type Client struct {
 	token string
 	http  *http.Client
 	epoch uint64 // the writer epoch mutating calls claim; 0: none
+	wake  bool   // ask that a stopped or closed workspace be woken for each call (headerWake)
 	retry retryPolicy
 }
 
@@ -33,6 +34,17 @@ const headerEpoch = "X-Tether-Epoch"
 // retried like an idempotent call (net/http's own transport reads it the same way). No call of
 // this client sets one yet: the controller does not record answers by key.
 const headerIdempotencyKey = "Idempotency-Key"
+
+// headerWake is controller.HeaderWake.
+const headerWake = "X-Tether-Wake"
+
+// WithWake returns a client whose calls that use a workspace (exec, files, services) start a
+// stopped one or reopen a closed one first (tether … --wake).
+func (c *Client) WithWake() *Client {
+	cc := *c
+	cc.wake = true
+	return &cc
+}
 
 // WithEpoch returns a client whose calls claim the writer epoch e (from a lease).
 func (c *Client) WithEpoch(e uint64) *Client {
@@ -45,6 +57,9 @@ func (c *Client) authorize(req *http.Request) {
 	req.Header.Set("Authorization", protocol.Bearer(c.token))
 	if c.epoch > 0 {
 		req.Header.Set(headerEpoch, strconv.FormatUint(c.epoch, 10))
+	}
+	if c.wake {
+		req.Header.Set(headerWake, "true")
 	}
 }
 

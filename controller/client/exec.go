@@ -344,6 +344,9 @@ func (c *Client) dialRun(ctx context.Context, path string) (*websocket.Conn, err
 	if c.epoch > 0 {
 		h.Set(headerEpoch, strconv.FormatUint(c.epoch, 10))
 	}
+	if c.wake {
+		h.Set(headerWake, "true")
+	}
 	dialer := websocket.Dialer{EnableCompression: false, ReadBufferSize: 256 << 10, WriteBufferSize: 64 << 10, HandshakeTimeout: 30 * time.Second}
 	var conn *websocket.Conn
 	err := c.withRetries(ctx, func() (bool, error) {

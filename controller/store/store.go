@@ -91,6 +91,11 @@ type Workspaces interface {
 	// changes updated_at.
 	SetCheckpointEvery(ctx context.Context, id string, every *time.Duration) error
 	SetCheckpointChecked(ctx context.Context, id string, at time.Time) error
+	// SetIdlePolicy sets the workspace's own idle policy (nil: the controller's default);
+	// TouchWorkspaces moves each workspace's last activity forward to its time (never back;
+	// unknown ids skipped). Neither changes updated_at.
+	SetIdlePolicy(ctx context.Context, id string, p *api.IdlePolicy) error
+	TouchWorkspaces(ctx context.Context, at map[string]time.Time) error
 	// SetWorkspaceGit replaces the workspace's Git record (CodeConflict when its branch already
 	// has another live workspace in the project).
 	SetWorkspaceGit(ctx context.Context, id string, g *api.WorkspaceGit) error

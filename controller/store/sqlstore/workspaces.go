@@ -48,9 +48,10 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 	if w.CheckpointEvery != nil {
 		every = sql.NullInt64{Int64: int64(*w.CheckpointEvery), Valid: true}
 	}
-	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at, checkpoint_every)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, string(w.State), w.Reason, w.AllocationID, projectID, git, branch,
-		w.CreatedAt.UTC(), w.UpdatedAt.UTC(), every); err != nil {
+	idleAction, idleAfter := idleColumns(w.IdlePolicy)
+	if _, err := tx.ExecContext(ctx, s.d.q(`INSERT INTO workspaces (id, name, provider, state, reason, allocation_id, project_id, git, branch, created_at, updated_at, checkpoint_every, idle_action, idle_after)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), w.ID, w.Name, w.Provider, string(w.State), w.Reason, w.AllocationID, projectID, git, branch,
+		w.CreatedAt.UTC(), w.UpdatedAt.UTC(), every, idleAction, idleAfter); err != nil {
 		switch s.d.uniqueConstraint(err) { // a concurrent create got there since the counts
 		case "workspaces_live_name":
 			return protocol.Errorf(protocol.CodeExists, "a workspace named %q already exists", w.Name)
@@ -72,7 +73,7 @@ func (s *DB) CreateWorkspace(ctx context.Context, w api.Workspace, a store.Alloc
 // allocation a.
 const workspaceCols = `w.id, w.name, w.provider, w.state, w.reason, w.allocation_id, COALESCE(a.root, ''), w.epoch,
 	w.git, w.reclaimed_at, w.created_at, w.updated_at, w.checkpoint_every, w.checkpoint_at,
-	COALESCE(w.source_dir, ''), COALESCE(w.source_base, ''),
+	COALESCE(w.source_dir, ''), COALESCE(w.source_base, ''), w.idle_action, w.idle_after, w.active_at,
 	COALESCE(w.parent_workspace, ''), COALESCE(w.parent_snapshot, '')`
 
 // workspaceFrom is the FROM clause every workspaceCols query uses.
@@ -86,16 +87,22 @@ func scanWorkspace(row interface{ Scan(...any) error }) (api.Workspace, error) {
 	var w api.Workspace
 	var git string
 	var reclaimed, checked sql.NullTime
-	var every sql.NullInt64
+	var every, idleAfter sql.NullInt64
+	var idleAction sql.NullString
+	var active sql.NullTime
 	var parent api.WorkspaceParent
 	if err := row.Scan(&w.ID, &w.Name, &w.Provider, &w.State, &w.Reason, &w.AllocationID, &w.Root, &w.Epoch,
 		&git, &reclaimed, &w.CreatedAt, &w.UpdatedAt, &every, &checked, &w.SourceDir, &w.SourceBase,
-		&parent.Workspace, &parent.Snapshot); err != nil {
+		&idleAction, &idleAfter, &active, &parent.Workspace, &parent.Snapshot); err != nil {
 		return w, err
 	}
 	if parent.Workspace != "" {
 		w.Parent = &parent
 	}
+	if idleAction.Valid {
+		w.IdlePolicy = &api.IdlePolicy{Action: idleAction.String, After: protocol.Duration(idleAfter.Int64)}
+	}
+	w.LastActivityAt = timePtr(active)
 	if every.Valid {
 		d := protocol.Duration(every.Int64)
 		w.CheckpointEvery = &d

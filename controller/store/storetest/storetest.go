@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"StateMachine", plain(testStateMachine)},
 		{"WorkspaceReclaimed", plain(testWorkspaceReclaimed)},
 		{"Checkpoints", plain(testCheckpoints)},
+		{"Idle", plain(testIdle)},
 		{"SetWorkspaceGit", plain(testSetWorkspaceGit)},
 		{"WorkspaceSource", plain(testWorkspaceSource)},
 		{"WorkspaceParent", plain(testWorkspaceParent)},
