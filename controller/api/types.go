@@ -24,6 +24,14 @@ const (
 	// StateReclaiming: a closed workspace whose superseded storage a gc sweep is removing. A
 	// sweep interrupted here is finished by the next one; a reopen waits for it.
 	StateReclaiming WorkspaceState = "reclaiming"
+	// StateStopping: a stop is ending the workspace's runs and services and having its provider
+	// stop the sandbox, which keeps its files.
+	StateStopping WorkspaceState = "stopping"
+	// StateStopped: the sandbox is stopped and kept, with its files (unsaved work included) and
+	// its allocation; nothing runs in it. Start resumes it.
+	StateStopped WorkspaceState = "stopped"
+	// StateStarting: a start had the provider start the kept sandbox and waits for its runner.
+	StateStarting WorkspaceState = "starting"
 )
 
 // Workspace is a durable unit of work.

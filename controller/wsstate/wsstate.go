@@ -18,6 +18,12 @@
 //	fail-reopen      reopening                                 closed
 //	start-reclaim    closed                                    reclaiming
 //	finish-reclaim   reclaiming                                closed
+//	start-stop       ready                                     stopping
+//	refuse-stop      stopping                                  ready
+//	finish-stop      stopping                                  stopped
+//	start-start      stopped                                   starting
+//	finish-start     starting                                  ready
+//	fail-start       starting                                  stopped
 //	delete           every state but deleted                   deleted
 //
 // Deleted is the only terminal state. Something that happens to a workspace without changing its
@@ -63,6 +69,21 @@ const (
 	StartReclaim Event = "start-reclaim"
 	// FinishReclaim: the sweep (or the next one, or a reopen) finished the reclaim.
 	FinishReclaim Event = "finish-reclaim"
+	// StartStop: a stop began (it ends runs and services, then has the provider stop the sandbox).
+	StartStop Event = "start-stop"
+	// RefuseStop: the provider could not stop the sandbox, or did not keep it (a fresh Inspect
+	// found it neither stopped nor archived); the workspace is ready again.
+	RefuseStop Event = "refuse-stop"
+	// FinishStop: the sandbox is stopped and kept, its allocation with it; no capture, no release.
+	FinishStop Event = "finish-stop"
+	// StartStart: a start claimed the stopped workspace and has the provider start its sandbox.
+	StartStart Event = "start-start"
+	// FinishStart: the runner of the kept sandbox connected and answered a probe; a new writer
+	// epoch began.
+	FinishStart Event = "finish-start"
+	// FailStart: the provider could not start the sandbox, or its runner did not connect by the
+	// ready deadline; the sandbox is stopped again and the workspace stopped, with the reason.
+	FailStart Event = "fail-start"
 	// Delete: workspace rm, from any state but deleted.
 	Delete Event = "delete"
 )
@@ -76,7 +97,7 @@ type Transition struct {
 
 // states lists every state, in the order a workspace usually meets them.
 var states = []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-	api.StateReopening, api.StateReclaiming, api.StateDeleted}
+	api.StateReopening, api.StateReclaiming, api.StateStopping, api.StateStopped, api.StateStarting, api.StateDeleted}
 
 // table is the state machine. Every change of a workspace's state is one of its rows.
 var table = []Transition{
@@ -90,8 +111,14 @@ var table = []Transition{
 	{FailReopen, []State{api.StateReopening}, api.StateClosed},
 	{StartReclaim, []State{api.StateClosed}, api.StateReclaiming},
 	{FinishReclaim, []State{api.StateReclaiming}, api.StateClosed},
+	{StartStop, []State{api.StateReady}, api.StateStopping},
+	{RefuseStop, []State{api.StateStopping}, api.StateReady},
+	{FinishStop, []State{api.StateStopping}, api.StateStopped},
+	{StartStart, []State{api.StateStopped}, api.StateStarting},
+	{FinishStart, []State{api.StateStarting}, api.StateReady},
+	{FailStart, []State{api.StateStarting}, api.StateStopped},
 	{Delete, []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-		api.StateReopening, api.StateReclaiming}, api.StateDeleted},
+		api.StateReopening, api.StateReclaiming, api.StateStopping, api.StateStopped, api.StateStarting}, api.StateDeleted},
 }
 
 // States returns every workspace state.
