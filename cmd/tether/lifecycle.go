@@ -199,3 +199,55 @@ func newWorkspaceExportCmd(c *cli) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
+
+func newWorkspaceStopCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stop WS",
+		Short: "Stop the sandbox and keep it, unsaved work included (no snapshot, no release); start resumes it",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.StopWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(ws)
+			}
+			c.printf("%s stopped; start it with \"tether workspace start %s\"\n", ws.ID, ws.Name)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
+	return cmd
+}
+
+func newWorkspaceStartCmd(c *cli) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "start WS",
+		Short: "Start a stopped workspace's kept sandbox (a new writer epoch)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.StartWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(ws)
+			}
+			c.printf("%s ready on allocation %s (epoch %d)\n", ws.ID, ws.AllocationID, ws.Epoch)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
+	return cmd
+}
