@@ -63,6 +63,11 @@ func stopStartJourney(t *testing.T, c *controllerProc, ws api.Workspace, sandbox
 	eventually(t, 30*time.Second, "the run's trap to be set", func() bool {
 		return c.cli(t, nil, "run", "logs", runID).Stdout == "ready\n"
 	})
+	// A writer holding a lease across the stop is fenced after the start.
+	var lease api.Lease
+	if err := json.Unmarshal([]byte(c.mustCLI(t, "lease", "acquire", ws.ID, "--holder", "agent-1", "--json")), &lease); err != nil {
+		t.Fatal(err)
+	}
 	before := c.showWorkspace(t, ws.ID)
 
 	stopped := c.stopWS(t, ws.ID)
@@ -121,9 +126,9 @@ func stopStartJourney(t *testing.T, c *controllerProc, ws api.Workspace, sandbox
 			t.Fatalf("cat %s after the start: %+v", p, r)
 		}
 	}
-	// The old writer epoch is fenced.
-	if r := c.cli(t, strings.NewReader("x"), "files", "put", "--epoch", strconv.FormatUint(before.Epoch, 10), ws.ID, "-", "late.txt"); r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: stale_epoch: ") {
-		t.Fatalf("write with the epoch from before the stop: %+v", r)
+	// The lease from before the stop is gone and its epoch fenced.
+	if r := c.cli(t, strings.NewReader("x"), "files", "put", "--epoch", strconv.FormatUint(lease.Epoch, 10), ws.ID, "-", "late.txt"); r.Code == 0 || !strings.HasPrefix(r.Stderr, "error: stale_epoch: ") {
+		t.Fatalf("write with the lease's epoch from before the stop: %+v", r)
 	}
 
 	// Saved, then stopped: the receipt holds exactly the kept tree, so reads serve it.
