@@ -62,6 +62,35 @@ func (s *Server) canStopAndKeep(ctx context.Context, ws api.Workspace) error {
 	return nil
 }
 
+// beginStopStart is how a stop or a start begins: a workspace already in the state it leads to
+// is answered as it is (done); one not in from is refused with its state; and everything else
+// that can refuse without changing anything does so (a host-local sandbox whose controller is
+// gone, a provider that cannot stop and start) before ev moves the workspace.
+func (s *Server) beginStopStart(ctx context.Context, idOrName string, from, to api.WorkspaceState, ev wsstate.Event) (api.Workspace, store.Allocation, bool, error) {
+	ws, err := s.workspace(ctx, idOrName)
+	if err != nil {
+		return ws, store.Allocation{}, false, err
+	}
+	switch ws.State {
+	case to:
+		return ws, store.Allocation{}, true, nil
+	case from:
+	default:
+		return ws, store.Allocation{}, false, notReady(ws)
+	}
+	a, err := s.store.GetAllocation(ctx, ws.AllocationID)
+	if err == nil {
+		_, _, err = s.placedElsewhere(ctx, a)
+	}
+	if err == nil {
+		err = s.canStopAndKeep(ctx, ws)
+	}
+	if err == nil {
+		err = s.store.TransitionWorkspace(ctx, ws.ID, ev, "", string(ev))
+	}
+	return ws, a, false, err
+}
+
 // StopWorkspace stops a ready workspace's sandbox and keeps it: its runs and services are
 // stopped first (SIGTERM, SIGKILL after the grace), then the provider stops the sandbox, and a
 // fresh Inspect must find it stopped or archived. The workspace becomes stopped, its unsaved
@@ -69,29 +98,8 @@ func (s *Server) canStopAndKeep(ctx context.Context, ws api.Workspace) error {
 // is fenced (a new epoch). A sandbox the provider did not stop or keep leaves the workspace
 // ready, with the reason (refuse-stop). A stopped workspace is answered as it is.
 func (s *Server) StopWorkspace(ctx context.Context, idOrName string) (api.Workspace, error) {
-	ws, err := s.workspace(ctx, idOrName)
-	if err != nil {
-		return ws, err
-	}
-	switch ws.State {
-	case api.StateStopped:
-		return ws, nil
-	case api.StateReady:
-	default:
-		return ws, notReady(ws)
-	}
-	// Everything that can refuse without changing anything does so first.
-	a, err := s.store.GetAllocation(ctx, ws.AllocationID)
-	if err != nil {
-		return ws, err
-	}
-	if _, _, err := s.placedElsewhere(ctx, a); err != nil {
-		return ws, err
-	}
-	if err := s.canStopAndKeep(ctx, ws); err != nil {
-		return ws, err
-	}
-	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartStop, "", "stop"); err != nil {
+	ws, a, done, err := s.beginStopStart(ctx, idOrName, api.StateReady, api.StateStopped, wsstate.StartStop)
+	if done || err != nil {
 		return ws, err
 	}
 	// A stop that began finishes, whoever gave up waiting for it: a client that went away must
@@ -173,28 +181,8 @@ func (s *Server) settleRuns(ctx context.Context, allocationID, why string) {
 // ready timeout, the sandbox is stopped again and the workspace is stopped, with the reason
 // (fail-start). A ready workspace is answered as it is.
 func (s *Server) StartWorkspace(ctx context.Context, idOrName string) (api.Workspace, error) {
-	ws, err := s.workspace(ctx, idOrName)
-	if err != nil {
-		return ws, err
-	}
-	switch ws.State {
-	case api.StateReady:
-		return ws, nil
-	case api.StateStopped:
-	default:
-		return ws, notReady(ws)
-	}
-	a, err := s.store.GetAllocation(ctx, ws.AllocationID)
-	if err != nil {
-		return ws, err
-	}
-	if _, _, err := s.placedElsewhere(ctx, a); err != nil {
-		return ws, err
-	}
-	if err := s.canStopAndKeep(ctx, ws); err != nil {
-		return ws, err
-	}
-	if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartStart, "", "start"); err != nil {
+	ws, a, done, err := s.beginStopStart(ctx, idOrName, api.StateStopped, api.StateReady, wsstate.StartStart)
+	if done || err != nil {
 		return ws, err
 	}
 	bg := context.WithoutCancel(ctx)
