@@ -257,7 +257,7 @@ func (s *Server) inUse(kind useKind, next http.HandlerFunc) http.HandlerFunc {
 		}
 		wake := asked || s.cfg.WakeOnUse
 		switch ws.State {
-		case stateStopped, api.StateClosed, api.StateReclaiming:
+		case api.StateStopped, api.StateClosed, api.StateReclaiming:
 			if kind == useRead && !asked {
 				break // the saved copy, as for any read of a closed workspace
 			}
@@ -269,7 +269,7 @@ func (s *Server) inUse(kind useKind, next http.HandlerFunc) http.HandlerFunc {
 				writeError(w, err)
 				return
 			}
-		case stateStopping, stateStarting, api.StateClosing, api.StateReopening:
+		case api.StateStopping, api.StateStarting, api.StateClosing, api.StateReopening:
 			if wake {
 				// The client retries unavailable; by then the change is done and a stopped
 				// or closed workspace is woken.
@@ -291,7 +291,7 @@ func (s *Server) inUse(kind useKind, next http.HandlerFunc) http.HandlerFunc {
 
 // asleep refuses a call on a stopped or closed workspace, saying how to wake it.
 func asleep(ws api.Workspace) error {
-	if ws.State == stateStopped {
+	if ws.State == api.StateStopped {
 		return protocol.Errorf(protocol.CodeConflict, "workspace %s is stopped; start it with \"tether workspace start %s\", or pass --wake to start it on use", ws.ID, ws.ID)
 	}
 	return protocol.Errorf(protocol.CodeConflict, "workspace %s is %s; reopen it with \"tether workspace reopen %s\", or pass --wake to reopen it on use", ws.ID, ws.State, ws.ID)
@@ -347,7 +347,7 @@ func (s *Server) wake(ctx context.Context, ws api.Workspace) (api.Workspace, err
 func (s *Server) wakeOnce(ctx context.Context, ws api.Workspace) (api.Workspace, error) {
 	var woken api.Workspace
 	var err error
-	if ws.State == stateStopped {
+	if ws.State == api.StateStopped {
 		_ = s.store.RecordEvent(ctx, ws.ID, "wake: starting the stopped workspace for a call")
 		woken, err = s.StartWorkspace(ctx, ws.ID)
 	} else {
@@ -365,7 +365,7 @@ func (s *Server) wakeOnce(ctx context.Context, ws api.Workspace) (api.Workspace,
 		return woken, err
 	case cur.State == api.StateReady:
 		return cur, nil
-	case cur.State == stateStarting || cur.State == api.StateReopening:
+	case cur.State == api.StateStarting || cur.State == api.StateReopening:
 		return cur, protocol.Errorf(protocol.CodeUnavailable, "workspace %s is %s; it is being woken", cur.ID, cur.State)
 	}
 	return woken, err

@@ -13,6 +13,12 @@ import (
 // (routes and Handler). TestOpenAPIRoutes fails when a registered route has no entry here or an
 // entry no route, and the integration test validates real traffic against what these say.
 
+// withBody gives op a request body.
+func withBody(op openapi.Op, body *openapi.Body) openapi.Op {
+	op.Body = body
+	return op
+}
+
 func jsonOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 func answer(status int, t reflect.Type) openapi.Response {
@@ -107,6 +113,9 @@ func frontOps() []openapi.Op {
 		internal("POST /internal/v1/allocations/{id}/disconnect", "peerDisconnect", "Close a runner connection", noContent),
 		internal("POST /internal/v1/allocations/{id}/stop", "peerStop", "Stop a host-local sandbox this controller placed", noContent),
 		internal("POST /internal/v1/allocations/{id}/destroy", "peerDestroy", "Destroy a host-local sandbox this controller placed", noContent),
+		internal("POST /internal/v1/allocations/{id}/stop-keep", "peerStopKeep", "Stop a host-local sandbox this controller placed and confirm it is kept", noContent),
+		withBody(internal("POST /internal/v1/allocations/{id}/start", "peerStart", "Start a kept host-local sandbox this controller placed", noContent),
+			jsonBody[startRequest](true)),
 		{Pattern: "/p/{token}/{path...}", ID: "preview", Tag: "previews", Auth: openapi.None,
 			Summary:     "A preview link: the service's HTTP, any method",
 			Description: "The link's token is the credential; the request is proxied to the service inside the sandbox and the answer is the service's own.",
@@ -185,6 +194,10 @@ func workspaceOps() []openapi.Op {
 			Body: jsonBody[api.ReopenRequest](false), Responses: []openapi.Response{ok[api.Workspace]()}}),
 		ws("POST /v1/workspaces/{id}/recover", "recoverWorkspace", "Rebuild a lost workspace on a fresh allocation from one of its receipts", openapi.Op{
 			Body: jsonBody[api.RecoverRequest](false), Responses: []openapi.Response{ok[api.Workspace]()}}),
+		ws("POST /v1/workspaces/{id}/stop", "stopWorkspace", "Stop the sandbox and keep it, unsaved work included (no capture, no release)", openapi.Op{
+			Responses: []openapi.Response{ok[api.Workspace]()}}),
+		ws("POST /v1/workspaces/{id}/start", "startWorkspace", "Start a stopped workspace's kept sandbox under a new writer epoch", openapi.Op{
+			Responses: []openapi.Response{ok[api.Workspace]()}}),
 		ws("GET /v1/workspaces/{id}/events", "listEvents", "A workspace's state transitions", openapi.Op{Responses: []openapi.Response{ok[[]api.Event]()}}),
 		ws("GET /v1/workspaces/{id}/inspect", "inspectWorkspace", "A project workspace's Git state and delivery", openapi.Op{Responses: []openapi.Response{ok[api.Inspection]()}}),
 		ws("POST /v1/workspaces/{id}/reconcile", "reconcileWorkspace", "Fast-forward a project workspace to its base", openapi.Op{

@@ -31,11 +31,17 @@ func (s *Server) planCheckout(ctx context.Context, req api.CreateWorkspaceReques
 	return plan, nil
 }
 
-// reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed; when
+// reuseWorkspace hands out a shared branch's existing workspace, reopening it when closed
+// (starting it when stopped); when
 // another request is reopening it at the same time, both get the workspace it reopened.
 func (s *Server) reuseWorkspace(ctx context.Context, ws api.Workspace) (api.Workspace, error) {
 	if ws.State == api.StateClosed || ws.State == api.StateReclaiming {
 		if _, err := s.ReopenWorkspace(ctx, ws.ID, api.ReopenRequest{}); err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
+			return ws, err
+		}
+	}
+	if ws.State == api.StateStopped {
+		if _, err := s.StartWorkspace(ctx, ws.ID); err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
 			return ws, err
 		}
 	}

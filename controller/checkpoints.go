@@ -196,12 +196,14 @@ func (s *Server) checkpointDue(ctx context.Context, ws api.Workspace) (release f
 	}
 	switch ws.State {
 	case api.StateReady:
-	case api.StateProvisioning, api.StateClosing, api.StateReopening:
+	case api.StateProvisioning, api.StateClosing, api.StateReopening, api.StateStopping, api.StateStarting:
 		// In the middle of a change this controller or another is making: not yet, and nothing
 		// to record (a closing workspace is saved by its close).
 		return nil, false
 	default:
-		return nil, false // closed, failed, reclaiming: nothing live to save
+		// closed, failed, reclaiming: nothing live to save; stopped: nothing runs that could
+		// change the kept tree, and no runner to read it (the next turn after a start saves it).
+		return nil, false
 	}
 	now := s.now()
 	since := ws.CreatedAt

@@ -22,8 +22,11 @@ const (
 )
 
 // saveCanCome lists the states in which a workspace has, or is about to have, a writer that can
-// save: a wait for its next receipt is worth starting, or continuing, only in these.
-var saveCanCome = []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateClosing, api.StateReopening}
+// save: a wait for its next receipt is worth starting, or continuing, only in these. A stopped
+// workspace counts: its kept sandbox holds the work, and a start (or a close, which starts it
+// to save) brings its writer back.
+var saveCanCome = []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateClosing, api.StateReopening,
+	api.StateStopping, api.StateStopped, api.StateStarting, api.StateRecovering}
 
 // childSpec is what a child is made with besides its parent's receipt.
 type childSpec struct {

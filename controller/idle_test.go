@@ -306,7 +306,7 @@ func TestIdleStopThenWake(t *testing.T) {
 	}
 	d := startIdle(t, tc, fc)
 	d.advance(after + idleTick)
-	if got := tc.state(t, ws.workspaceID); got != stateStopped {
+	if got := tc.state(t, ws.workspaceID); got != api.StateStopped {
 		t.Fatalf("idle for %s with idle stop: %s; want stopped", after, got)
 	}
 	op := tc.s.OperatorToken()

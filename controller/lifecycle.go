@@ -41,6 +41,16 @@ func (s *Server) closeCheck(ctx context.Context, ws api.Workspace) (api.CloseChe
 	if last != nil {
 		chk.LastSnapshot = last.ID
 	}
+	if ws.State == api.StateStopped {
+		chk.Ready = true
+		a, err := s.store.GetAllocation(ctx, ws.AllocationID)
+		if err != nil {
+			return chk, err
+		}
+		chk.PendingChanges = last == nil || a.StoppedTree == "" || last.Summary.Tree != a.StoppedTree
+		chk.Reasons = append(chk.Reasons, "workspace is stopped: close starts it first, then checks and saves its changes")
+		return chk, nil
+	}
 	if ws.State != api.StateReady {
 		chk.Reasons = append(chk.Reasons, "workspace is "+string(ws.State))
 		return chk, nil
@@ -126,7 +136,17 @@ func (s *Server) handleClose(w http.ResponseWriter, r *http.Request) {
 // CloseWorkspace saves the workspace and releases its sandbox. Nothing is lost: if the tree
 // changed since the last receipt, a snapshot is captured and verified first, and if that fails
 // the close is refused and nothing is released.
+//
+// A stopped workspace is started first (its unsaved work is in its stopped sandbox, and only
+// its runner can read and save it), then closed; a close refused after that leaves it ready.
 func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRuns bool) (api.CloseResult, error) {
+	if ws.State == api.StateStopped {
+		started, err := s.StartWorkspace(ctx, ws.ID)
+		if err != nil {
+			return api.CloseResult{}, fmt.Errorf("close: start the stopped workspace to save its work: %w", err)
+		}
+		ws = started
+	}
 	if ws.State != api.StateReady {
 		return api.CloseResult{}, protocol.Errorf(protocol.CodeConflict, "workspace %s is %s; only a ready workspace closes", ws.ID, ws.State)
 	}
@@ -151,7 +171,7 @@ func (s *Server) CloseWorkspace(ctx context.Context, ws api.Workspace, cancelRun
 	}
 	// Nothing may write after the last capture: every run and service stops first, verified,
 	// and a close that cannot stop them keeps the sandbox.
-	q, err := s.quiesce(ctx, ws, c)
+	q, err := s.quiesce(ctx, ws, c, quiesceForClose)
 	if err != nil {
 		return back(err)
 	}

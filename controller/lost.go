@@ -15,12 +15,13 @@ import (
 
 // Lost workspaces. A sandbox destroyed outside Tether (docker rm -f, a Daytona sandbox deleted
 // in its dashboard, a host wiped) takes with it whatever the workspace held beyond its last
-// receipt. The controller notices in its upkeep: a ready workspace whose runner is not connected
+// receipt. The controller notices in its upkeep: a ready (or stopped) workspace whose runner is not connected
 // and whose provider, asked afresh, says the sandbox is gone becomes lost, with what is known
 // lost recorded as an event and its active runs failed. A disconnected runner alone is never a
 // loss: runners reconnect, and only the provider's answer decides.
 //
-// What is known lost: the controller keeps no digest of a live tree (close --check walks it on
+// What is known lost: for a stopped workspace, exactly (the stop recorded its tree's digest,
+// compared with the last receipt's). For a ready one the controller keeps no digest of a live tree (close --check walks it on
 // demand, checkpoints compare at their turn and keep no result beyond a receipt), so at the
 // moment of loss it cannot prove the tree still equalled its last receipt: a run, a service or
 // a file write may have changed it since anyone last looked. The workspace is therefore always
@@ -34,7 +35,7 @@ func lostRunReason(allocationID string) string {
 	return fmt.Sprintf("lost: the sandbox of allocation %s was destroyed outside Tether while this run was active", allocationID)
 }
 
-// detectLost looks at every ready workspace whose runner is not connected and asks its provider
+// detectLost looks at every ready or stopped workspace whose runner is not connected and asks its provider
 // whether the sandbox still exists; a gone one is lost (loseWorkspace). Each controller inspects
 // the host-local sandboxes it placed itself (only it can reach them); the others are inspected
 // by the controller holding the upkeep lock (locked). A sandbox whose host is unreachable is
@@ -49,11 +50,12 @@ func (s *Server) detectLost(ctx context.Context, locked bool) {
 		if ctx.Err() != nil {
 			return
 		}
-		if ws.State != api.StateReady || s.connected(ctx, ws.AllocationID) {
+		if (ws.State != api.StateReady && ws.State != api.StateStopped) || s.connected(ctx, ws.AllocationID) {
 			continue
 		}
 		a, err := s.store.GetAllocation(ctx, ws.AllocationID)
-		if err != nil || a.State != store.AllocDisconnected {
+		if err != nil || !(ws.State == api.StateReady && a.State == store.AllocDisconnected ||
+			ws.State == api.StateStopped && a.State == store.AllocStopped) {
 			// Starting: the ready deadline decides (failOverdue); connected: another controller
 			// holds it; destroyed or failed: already released.
 			continue
@@ -94,7 +96,7 @@ func (s *Server) inspectSandbox(ctx context.Context, a store.Allocation) (provid
 	return prov.Inspect(ctx, a.ID)
 }
 
-// loseWorkspace records ws's loss: the workspace lost (only from ready: a close, a delete or a
+// loseWorkspace records ws's loss: the workspace lost (only from ready or stopped: a close, a delete or a
 // runner that came back first wins), what is known lost as the transition's cause, its active
 // runs failed, its allocation destroyed (its session revoked, whatever the provider left of the
 // sandbox removed).
@@ -144,9 +146,15 @@ func (s *Server) lossReport(ctx context.Context, ws api.Workspace, a store.Alloc
 	if err != nil {
 		return "", err
 	}
-	if last == nil {
+	switch {
+	case a.StoppedTree != "" && last != nil && last.Summary.Tree == a.StoppedTree:
+		// A stop recorded the tree it kept: here the loss is known exactly.
+		fmt.Fprintf(&b, "; nothing unsaved: the stopped sandbox held tree %s, the tree of receipt %s", short(a.StoppedTree), last.ID)
+	case a.StoppedTree != "":
+		fmt.Fprintf(&b, "; the stopped sandbox held tree %s, not saved in any receipt (last receipt: %s)", short(a.StoppedTree), firstNonEmpty(receiptID(last), "none"))
+	case last == nil:
 		b.WriteString("; every change is lost: the workspace has no receipt")
-	} else {
+	default:
 		fmt.Fprintf(&b, "; unsaved changes since receipt %s (tree %s, taken %s) are lost", last.ID, short(last.Summary.Tree), stamp(last.CreatedAt))
 	}
 	if ws.LastCheckpointAt != nil {
@@ -172,6 +180,14 @@ func (s *Server) lossReport(ctx context.Context, ws api.Workspace, a store.Alloc
 		}
 	}
 	return b.String(), nil
+}
+
+// receiptID is the id of a receipt, "" for none.
+func receiptID(r *api.Snapshot) string {
+	if r == nil {
+		return ""
+	}
+	return r.ID
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -75,6 +78,10 @@ func (s *Server) placedElsewhere(ctx context.Context, a store.Allocation) (store
 const (
 	sandboxStop    = "stop"
 	sandboxDestroy = "destroy"
+	// sandboxStopKeep stops the sandbox and confirms with a fresh Inspect that it is kept
+	// (workspace stop); sandboxStart starts a kept one with a new bootstrap token (the body).
+	sandboxStopKeep = "stop-keep"
+	sandboxStart    = "start"
 )
 
 func sandboxPath(allocationID, op string) string {
@@ -108,6 +115,8 @@ func (s *Server) sandboxHere(ctx context.Context, a store.Allocation, op string)
 		return err
 	}
 	switch op {
+	case sandboxStopKeep:
+		return s.stopKeepHere(ctx, prov, a)
 	case sandboxStop:
 		err = prov.Stop(ctx, a.ID)
 	default:
@@ -139,9 +148,25 @@ func (s *Server) handleSandboxOp(op string) http.HandlerFunc {
 
 // peerCall makes a call without a body to a peer and turns its refusal into the peer's error.
 func (s *Server) peerCall(ctx context.Context, m store.Member, method, path string) error {
-	req, err := http.NewRequestWithContext(ctx, method, m.Address+path, nil)
+	return s.peerCallJSON(ctx, m, method, path, nil)
+}
+
+// peerCallJSON is peerCall with body, when not nil, sent as JSON.
+func (s *Server) peerCallJSON(ctx context.Context, m store.Member, method, path string, body any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, m.Address+path, rd)
 	if err != nil {
 		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	s.authorizePeer(req.Header)
 	resp, err := s.peerHTTP.Do(req)

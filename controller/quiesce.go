@@ -9,24 +9,39 @@ import (
 	"github.com/tetherhq/tether/protocol"
 )
 
+// quiesceWhy says why a quiesce stops what it stops, and how that is recorded.
+type quiesceWhy struct {
+	op string // "close", "stop": said in the error
+	// reason is every stopped service's stop reason.
+	reason string
+	// runNote, when set, is recorded as the error of every run it stopped that has none.
+	runNote string
+}
+
+var quiesceForClose = quiesceWhy{op: "close", reason: "stopped because the workspace closed"}
+
 // quiesce has the runner stop every run and service of ws, verified, and refuse new ones, so
 // that nothing writes to the tree after close's last capture. The runs it stopped are recorded
 // with their exits and the services with their final states. An error means something may
 // still be running: close must not save around it.
-func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn) (protocol.QuiesceResult, error) {
+func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn, why quiesceWhy) (protocol.QuiesceResult, error) {
 	var res protocol.QuiesceResult
-	err := c.Call(ctx, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: "stopped because the workspace closed"}, &res)
+	err := c.Call(ctx, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: why.reason}, &res)
 	if err != nil {
 		// What the runner managed to stop is recorded all the same.
 		s.refreshServices(ctx, ws.ID, c)
-		return res, fmt.Errorf("close: could not stop every run and service before the final save: %w", err)
+		return res, fmt.Errorf("%s: could not stop every run and service: %w", why.op, err)
 	}
 	for _, run := range res.Runs {
 		if !run.Finished {
 			continue
 		}
-		if err := s.finishRun(context.WithoutCancel(ctx), run.RunID, run.Exit); err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
-			s.log.Warn("record a run close stopped", "run", run.RunID, "err", err)
+		exit := run.Exit
+		if exit.Error == nil && why.runNote != "" {
+			exit.Error = &protocol.Error{Code: protocol.CodeCanceled, Message: why.runNote}
+		}
+		if err := s.finishRun(context.WithoutCancel(ctx), run.RunID, exit); err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
+			s.log.Warn("record a stopped run", "op", why.op, "run", run.RunID, "err", err)
 		}
 	}
 	s.recordServices(ctx, ws.ID, res.Services, false)

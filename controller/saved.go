@@ -70,6 +70,9 @@ func (f fileSource) setHeaders(h http.Header) {
 //     saved: the last receipt.
 //   - lost (its sandbox was destroyed outside Tether): the last receipt, the newest work that
 //     survives (a recovering one is unavailable: it may be restoring an older receipt).
+//   - stopped (or stopping once its runner is gone, or starting before its runner is back): the
+//     last receipt only when it holds exactly the tree the stop left (the digest the stop
+//     recorded), else unavailable, naming the start that makes the files readable.
 //   - anything else is unavailable: above all a ready workspace whose runner is not
 //     connected, whose tree may hold work newer than any save.
 func (s *Server) readSource(ctx context.Context, idOrName string) (fileSource, error) {
@@ -94,10 +97,37 @@ func (s *Server) readSource(ctx context.Context, idOrName string) (fileSource, e
 	case api.StateClosed, api.StateReopening, api.StateLost:
 		// A lost workspace's live files are gone: its last receipt is all there is to read.
 		return s.savedSource(ctx, src)
+	case api.StateStopping, api.StateStopped, api.StateStarting:
+		// A stopping workspace's runner is read while it is there (its runs are being stopped).
+		if c, ok := s.runnerOf(ctx, ws.AllocationID); ok && ws.State == api.StateStopping {
+			src.conn = c
+			return src, nil
+		}
+		return s.stoppedSource(ctx, src)
 	case api.StateDeleted:
 		return src, protocol.Errorf(protocol.CodeNotFound, "workspace %s was deleted; its snapshots remain (tether snapshot ls)", ws.ID)
 	}
 	return src, protocol.Errorf(protocol.CodeUnavailable, "workspace %s is %s: it has no files to read", ws.ID, ws.State)
+}
+
+// stoppedSource serves a stopped workspace's reads from its last receipt when the tree its
+// sandbox kept is that receipt's (the digest its stop recorded), and refuses them otherwise: the
+// sandbox may hold work no save has.
+func (s *Server) stoppedSource(ctx context.Context, src fileSource) (fileSource, error) {
+	a, err := s.store.GetAllocation(ctx, src.ws.AllocationID)
+	if err != nil {
+		return src, err
+	}
+	last, err := s.lastReceipt(ctx, src.ws.ID)
+	if err != nil {
+		return src, err
+	}
+	if last != nil && a.StoppedTree != "" && last.Summary.Tree == a.StoppedTree {
+		src.snap = last
+		return src, nil
+	}
+	return src, protocol.Errorf(protocol.CodeUnavailable,
+		"workspace %s is %s and its sandbox keeps work newer than any save, so no saved copy is served in its place; start it with \"tether workspace start %s\"", src.ws.ID, src.ws.State, src.ws.ID)
 }
 
 func (s *Server) savedSource(ctx context.Context, src fileSource) (fileSource, error) {

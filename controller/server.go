@@ -330,6 +330,8 @@ func (s *Server) apiMux() (*routeMux, *http.ServeMux) {
 	mux.Handle("POST /internal/v1/allocations/{id}/disconnect", s.counted(s.requirePeer(http.HandlerFunc(s.handleDisconnect))))
 	mux.Handle("POST /internal/v1/allocations/{id}/stop", s.counted(s.requirePeer(s.handleSandboxOp(sandboxStop))))
 	mux.Handle("POST /internal/v1/allocations/{id}/destroy", s.counted(s.requirePeer(s.handleSandboxOp(sandboxDestroy))))
+	mux.Handle("POST /internal/v1/allocations/{id}/stop-keep", s.counted(s.requirePeer(s.handleSandboxOp(sandboxStopKeep))))
+	mux.Handle("POST /internal/v1/allocations/{id}/start", s.counted(s.requirePeer(http.HandlerFunc(s.handleSandboxStart))))
 
 	op := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -370,6 +372,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/workspaces/{id}/export", scopeOperator, s.handleExport},
 		{"POST /v1/workspaces/{id}/reopen", scopeWorkspace, s.handleReopen},
 		{"POST /v1/workspaces/{id}/recover", scopeWorkspace, s.handleRecover},
+		{"POST /v1/workspaces/{id}/stop", scopeWorkspace, s.handleStop},
+		{"POST /v1/workspaces/{id}/start", scopeWorkspace, s.handleStart},
 		{"GET /v1/workspaces/{id}/events", scopeWorkspace, s.handleEvents},
 		{"GET /v1/workspaces/{id}/inspect", scopeWorkspace, s.handleInspect},
 		{"POST /v1/workspaces/{id}/reconcile", scopeWorkspace, s.handleReconcile},

@@ -118,7 +118,8 @@ func (p *provisioning) has(id string) bool {
 // failOverdue fails allocations whose runner did not connect by their ready deadline when the
 // controller that was starting them is gone (or restarted, and no longer starting them): their
 // workspace leaves provisioning (failed) or reopening (closed again), and the runner, should it
-// still connect, is refused (a failed allocation admits nobody).
+// still connect, is refused (a failed allocation admits nobody). A start's allocation is stopped
+// again instead, its workspace too (fail-start): its sandbox holds work worth keeping.
 func (s *Server) failOverdue(ctx context.Context) error {
 	overdue, err := s.store.OverdueAllocations(ctx, s.now().Add(-readyGrace))
 	if err != nil {
@@ -141,15 +142,22 @@ func (s *Server) failOverdue(ctx context.Context) error {
 }
 
 func (s *Server) failAllocation(ctx context.Context, a store.Allocation) error {
-	if err := s.store.UpdateAllocation(ctx, a.ID, store.AllocFailed, "", ""); err != nil {
-		return err
-	}
 	reason := fmt.Sprintf("the runner did not connect by %s, and controller %s that was starting it is gone", a.ReadyBy.Format(time.RFC3339), a.PlacedOn)
-	s.log.Warn("allocation failed: ready deadline passed", "allocation", a.ID, "workspace", a.WorkspaceID, "placed_on", a.PlacedOn)
 	ws, err := s.store.GetWorkspace(ctx, a.WorkspaceID)
 	if err != nil {
 		return err
 	}
+	if ws.AllocationID == a.ID && ws.State == api.StateStarting {
+		// A kept sandbox is not given up for a start that did not finish: it is stopped again,
+		// and so is the workspace, with the reason; a later start tries again.
+		s.log.Warn("start failed: ready deadline passed", "allocation", a.ID, "workspace", a.WorkspaceID, "placed_on", a.PlacedOn)
+		s.failStart(ctx, ws.ID, a, reason)
+		return nil
+	}
+	if err := s.store.UpdateAllocation(ctx, a.ID, store.AllocFailed, "", ""); err != nil {
+		return err
+	}
+	s.log.Warn("allocation failed: ready deadline passed", "allocation", a.ID, "workspace", a.WorkspaceID, "placed_on", a.PlacedOn)
 	if ws.AllocationID == a.ID {
 		switch ws.State {
 		case api.StateProvisioning:

@@ -206,17 +206,27 @@ func (s *Server) startAllocationWith(ctx context.Context, prov provider.Provider
 		// The runner may already have connected, here or to a peer: its claim stands.
 		_ = s.store.SetStartingRoot(ctx, ws.AllocationID, alloc.Root)
 	}
+	if why := s.awaitRunner(ctx, ws.AllocationID); why != "" {
+		return fail(why)
+	}
+	return nil
+}
+
+// awaitRunner waits, up to the ready timeout, until the allocation's runner said hello and
+// answered a probe (its root is a directory): a started sandbox is not readiness. It returns
+// why not, or "".
+func (s *Server) awaitRunner(ctx context.Context, allocationID string) string {
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	c, err := s.waitRunner(waitCtx, ws.AllocationID)
+	c, err := s.waitRunner(waitCtx, allocationID)
 	if err != nil {
-		return fail(fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout))
+		return fmt.Sprintf("runner did not connect within %s", s.cfg.ReadyTimeout)
 	}
 	var root protocol.FileInfo
 	if err := c.Call(waitCtx, protocol.OpFsStat, 0, protocol.FsPathArgs{Path: "."}, &root); err != nil || root.Type != protocol.FileDir {
-		return fail(fmt.Sprintf("runner connected but failed its probe: %v", err))
+		return fmt.Sprintf("runner connected but failed its probe: %v", err)
 	}
-	return nil
+	return ""
 }
 
 // expectKind refuses an id of another kind where one kind (or a name) is expected: an allocation
@@ -372,9 +382,9 @@ func notReady(ws api.Workspace) error {
 		next = fmt.Sprintf("; reopen it with \"tether workspace reopen %s\"", ws.ID)
 	case api.StateLost:
 		next = fmt.Sprintf("; its sandbox was destroyed outside Tether: see what was lost with \"tether workspace events %s\", rebuild it from its last receipt with \"tether workspace recover %s\"", ws.ID, ws.ID)
-	case stateStopped:
+	case api.StateStopped:
 		next = fmt.Sprintf("; start it with \"tether workspace start %s\"", ws.ID)
-	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming, api.StateRecovering, stateStopping, stateStarting:
+	case api.StateProvisioning, api.StateReopening, api.StateClosing, api.StateReclaiming, api.StateRecovering, api.StateStopping, api.StateStarting:
 		next = fmt.Sprintf("; wait until it is done (\"tether workspace show %s\")", ws.ID)
 	case api.StateFailed:
 		next = fmt.Sprintf("; see why with \"tether workspace events %s\"", ws.ID)

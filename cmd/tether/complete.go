@@ -49,7 +49,7 @@ func completedArgs() map[string][]argKind {
 		"tether artifact ls":  ws,
 		"tether run ls":       ws,
 	}
-	for _, sub := range []string{"show", "rm", "close", "reopen", "recover", "events", "export", "inspect", "reconcile", "update", "fork", "pull"} {
+	for _, sub := range []string{"show", "rm", "close", "reopen", "stop", "start", "recover", "events", "export", "inspect", "reconcile", "update", "fork", "pull"} {
 		m["tether workspace "+sub] = ws
 	}
 	for _, sub := range []string{"create", "ls", "prune"} {

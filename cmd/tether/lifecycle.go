@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/client"
 )
 
 func newWorkspaceCloseCmd(c *cli) *cobra.Command {
@@ -197,5 +199,47 @@ func newWorkspaceExportCmd(c *cli) *cobra.Command {
 	cmd.Flags().StringVar(&req.Dest, "to", "", "directory on the controller's host")
 	cmd.Flags().Int64Var(&req.MaxBytes, "max-bytes", 8<<30, "refuse to copy more than this many bytes")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newWorkspaceStopCmd(c *cli) *cobra.Command {
+	return workspaceVerbCmd(c, "stop WS", "Stop the sandbox and keep it, unsaved work included (no snapshot, no release); start resumes it",
+		(*client.Client).StopWorkspace, func(ws api.Workspace) string {
+			return fmt.Sprintf("%s stopped; start it with \"tether workspace start %s\"", ws.ID, ws.Name)
+		})
+}
+
+func newWorkspaceStartCmd(c *cli) *cobra.Command {
+	return workspaceVerbCmd(c, "start WS", "Start a stopped workspace's kept sandbox (a new writer epoch)",
+		(*client.Client).StartWorkspace, func(ws api.Workspace) string {
+			return fmt.Sprintf("%s ready on allocation %s (epoch %d)", ws.ID, ws.AllocationID, ws.Epoch)
+		})
+}
+
+// workspaceVerbCmd is a command that does one thing to a workspace and prints it: a line said
+// by say, or the workspace as JSON.
+func workspaceVerbCmd(c *cli, use, short string, do func(*client.Client, context.Context, string) (api.Workspace, error), say func(api.Workspace) string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := do(cl, cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(ws)
+			}
+			c.printf("%s\n", say(ws))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace as JSON")
 	return cmd
 }

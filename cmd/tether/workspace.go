@@ -22,7 +22,7 @@ import (
 func newWorkspaceCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Aliases: []string{"ws"}, Short: "Create, list, show and remove workspaces"}
 	cmd.AddCommand(newWorkspaceCreateCmd(c), newWorkspaceLsCmd(c), newWorkspaceShowCmd(c), newWorkspaceRmCmd(c),
-		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceRecoverCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c),
+		newWorkspaceCloseCmd(c), newWorkspaceReopenCmd(c), newWorkspaceStopCmd(c), newWorkspaceStartCmd(c), newWorkspaceRecoverCmd(c), newWorkspaceEventsCmd(c), newWorkspaceExportCmd(c),
 		newWorkspaceInspectCmd(c), newWorkspaceReconcileCmd(c), newWorkspaceUpdateCmd(c), newWorkspaceForkCmd(c),
 		newWorkspacePullCmd(c))
 	return cmd

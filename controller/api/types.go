@@ -29,6 +29,14 @@ const (
 	StateLost WorkspaceState = "lost"
 	// StateRecovering: a recover is rebuilding a lost workspace on a fresh allocation.
 	StateRecovering WorkspaceState = "recovering"
+	// StateStopping: a stop is ending the workspace's runs and services and having its provider
+	// stop the sandbox, which keeps its files.
+	StateStopping WorkspaceState = "stopping"
+	// StateStopped: the sandbox is stopped and kept, with its files (unsaved work included) and
+	// its allocation; nothing runs in it. Start resumes it.
+	StateStopped WorkspaceState = "stopped"
+	// StateStarting: a start had the provider start the kept sandbox and waits for its runner.
+	StateStarting WorkspaceState = "starting"
 )
 
 // Workspace is a durable unit of work.

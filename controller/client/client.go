@@ -290,6 +290,19 @@ func (c *Client) RecoverWorkspace(ctx context.Context, id string, req api.Recove
 	return ws, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/recover", req, &ws)
 }
 
+// StopWorkspace stops a workspace's sandbox and keeps it, unsaved work included. A repeat is
+// safe (a stopped workspace is answered as it is), so it is retried like a read.
+func (c *Client) StopWorkspace(ctx context.Context, id string) (api.Workspace, error) {
+	var ws api.Workspace
+	return ws, c.do(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(id) + "/stop", idempotent: true}, &ws)
+}
+
+// StartWorkspace starts a stopped workspace's kept sandbox; a repeat is safe, like StopWorkspace.
+func (c *Client) StartWorkspace(ctx context.Context, id string) (api.Workspace, error) {
+	var ws api.Workspace
+	return ws, c.do(ctx, request{method: http.MethodPost, path: "/v1/workspaces/" + url.PathEscape(id) + "/start", idempotent: true}, &ws)
+}
+
 func (c *Client) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
 	var out []api.Event
 	return out, c.get(ctx, "/v1/workspaces/"+url.PathEscape(id)+"/events", nil, &out)

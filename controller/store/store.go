@@ -15,6 +15,9 @@ const (
 	AllocDisconnected = "disconnected"
 	AllocFailed       = "failed"
 	AllocDestroyed    = "destroyed"
+	// AllocStopped: the provider stopped the sandbox and keeps it (workspace stop); no runner is
+	// admitted until RestartAllocation.
+	AllocStopped = "stopped"
 )
 
 // Allocation is one sandbox serving a workspace.
@@ -39,10 +42,14 @@ type Allocation struct {
 	// PlacedOn is the controller that provisioned the sandbox: a provider whose sandboxes only
 	// their host can reach (local) is called there. ReadyBy is when the runner must have
 	// connected by (zero: no deadline); any live controller enforces it once it passed.
-	PlacedOn  string
-	ReadyBy   time.Time
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	PlacedOn string
+	ReadyBy  time.Time
+	// StoppedTree is the tree digest of the workspace when a stop stopped the sandbox ("" when it
+	// could not be read): reads of the stopped workspace serve its last receipt only when that
+	// receipt's tree is this one.
+	StoppedTree string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // Store is the controller's state: every role below, on one database. Every method is safe for
@@ -151,6 +158,14 @@ type Allocations interface {
 	// OverdueAllocations lists the allocations still starting whose ReadyBy is set and before
 	// now.
 	OverdueAllocations(ctx context.Context, now time.Time) ([]Allocation, error)
+	// StopAllocation marks a stopped and kept sandbox's allocation stopped, with tree (see
+	// Allocation.StoppedTree), and kills every token that admits its runner in the same update.
+	// Idempotent on a stopped allocation; a destroyed or failed one is CodeConflict.
+	StopAllocation(ctx context.Context, id, tree string) error
+	// RestartAllocation moves a stopped allocation to starting, admitting only the runner that
+	// presents the bootstrap token hashing to bootstrapHash, by readyBy (zero: no deadline). Any
+	// other state is CodeConflict.
+	RestartAllocation(ctx context.Context, id, bootstrapHash string, readyBy time.Time) error
 }
 
 // Sessions admits runners: an allocation's one-use bootstrap token and the session tokens that

@@ -18,7 +18,13 @@
 //	fail-reopen      reopening                                 closed
 //	start-reclaim    closed                                    reclaiming
 //	finish-reclaim   reclaiming                                closed
-//	lose             ready                                     lost
+//	start-stop       ready                                     stopping
+//	refuse-stop      stopping                                  ready
+//	finish-stop      stopping                                  stopped
+//	start-start      stopped                                   starting
+//	finish-start     starting                                  ready
+//	fail-start       starting                                  stopped
+//	lose             ready stopped                             lost
 //	start-recover    lost                                      recovering
 //	finish-recover   recovering                                ready
 //	fail-recover     recovering                                lost
@@ -26,9 +32,8 @@
 //
 // Lost is a workspace whose sandbox its provider reported gone, destroyed outside Tether, while
 // its work since the last receipt was not saved: only a recover (from a receipt, a decision an
-// operator records) or a delete leaves it. Lose leaves ready only for now: when the stop/start
-// states (stopped, starting, stopping) join the table, a stopped workspace's retained sandbox
-// can be destroyed outside Tether just the same, and lose leaves stopped too.
+// operator records) or a delete leaves it. Lose leaves stopped too: a stopped workspace's kept
+// sandbox can be destroyed outside Tether just the same, with the unsaved work it kept.
 //
 // Deleted is the only terminal state. Something that happens to a workspace without changing its
 // state (a refused runner, a failed teardown) is an event of the store's RecordEvent, not a
@@ -73,6 +78,21 @@ const (
 	StartReclaim Event = "start-reclaim"
 	// FinishReclaim: the sweep (or the next one, or a reopen) finished the reclaim.
 	FinishReclaim Event = "finish-reclaim"
+	// StartStop: a stop began (it ends runs and services, then has the provider stop the sandbox).
+	StartStop Event = "start-stop"
+	// RefuseStop: the provider could not stop the sandbox, or did not keep it (a fresh Inspect
+	// found it neither stopped nor archived); the workspace is ready again.
+	RefuseStop Event = "refuse-stop"
+	// FinishStop: the sandbox is stopped and kept, its allocation with it; no capture, no release.
+	FinishStop Event = "finish-stop"
+	// StartStart: a start claimed the stopped workspace and has the provider start its sandbox.
+	StartStart Event = "start-start"
+	// FinishStart: the runner of the kept sandbox connected and answered a probe; a new writer
+	// epoch began.
+	FinishStart Event = "finish-start"
+	// FailStart: the provider could not start the sandbox, or its runner did not connect by the
+	// ready deadline; the sandbox is stopped again and the workspace stopped, with the reason.
+	FailStart Event = "fail-start"
 	// Lose: the provider, asked afresh, reported the sandbox gone while no runner was connected;
 	// the work since the last receipt is lost and the active runs failed.
 	Lose Event = "lose"
@@ -96,7 +116,8 @@ type Transition struct {
 
 // states lists every state, in the order a workspace usually meets them.
 var states = []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-	api.StateReopening, api.StateReclaiming, api.StateLost, api.StateRecovering, api.StateDeleted}
+	api.StateReopening, api.StateReclaiming, api.StateStopping, api.StateStopped, api.StateStarting, api.StateLost, api.StateRecovering,
+	api.StateDeleted}
 
 // table is the state machine. Every change of a workspace's state is one of its rows.
 var table = []Transition{
@@ -110,13 +131,20 @@ var table = []Transition{
 	{FailReopen, []State{api.StateReopening}, api.StateClosed},
 	{StartReclaim, []State{api.StateClosed}, api.StateReclaiming},
 	{FinishReclaim, []State{api.StateReclaiming}, api.StateClosed},
-	// Lose: add stopped (and starting, stopping) at the merge with stop/start.
-	{Lose, []State{api.StateReady}, api.StateLost},
+	{StartStop, []State{api.StateReady}, api.StateStopping},
+	{RefuseStop, []State{api.StateStopping}, api.StateReady},
+	{FinishStop, []State{api.StateStopping}, api.StateStopped},
+	{StartStart, []State{api.StateStopped}, api.StateStarting},
+	{FinishStart, []State{api.StateStarting}, api.StateReady},
+	{FailStart, []State{api.StateStarting}, api.StateStopped},
+	// A stopped sandbox destroyed outside Tether took the unsaved work it kept with it.
+	{Lose, []State{api.StateReady, api.StateStopped}, api.StateLost},
 	{StartRecover, []State{api.StateLost}, api.StateRecovering},
 	{FinishRecover, []State{api.StateRecovering}, api.StateReady},
 	{FailRecover, []State{api.StateRecovering}, api.StateLost},
 	{Delete, []State{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing, api.StateClosed,
-		api.StateReopening, api.StateReclaiming, api.StateLost, api.StateRecovering}, api.StateDeleted},
+		api.StateReopening, api.StateReclaiming, api.StateStopping, api.StateStopped, api.StateStarting,
+		api.StateLost, api.StateRecovering}, api.StateDeleted},
 }
 
 // States returns every workspace state.

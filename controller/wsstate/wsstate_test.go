@@ -24,12 +24,18 @@ func TestTableIsWhatTheControllerDoes(t *testing.T) {
 		"fail-reopen: reopening → closed",        // ReopenWorkspace: failed, allocation released
 		"start-reclaim: closed → reclaiming",     // GC
 		"finish-reclaim: reclaiming → closed",    // GC, the next GC or a reopen finishing it
-		"lose: ready → lost",                     // upkeep: provider says gone, no runner (stopped joins at the stop/start merge)
+		"start-stop: ready → stopping",           // StopWorkspace
+		"refuse-stop: stopping → ready",          // StopWorkspace: the provider did not stop or keep the sandbox
+		"finish-stop: stopping → stopped",        // StopWorkspace: stopped, retention confirmed by Inspect
+		"start-start: stopped → starting",        // StartWorkspace
+		"finish-start: starting → ready",         // StartWorkspace: the runner connected and answered a probe
+		"fail-start: starting → stopped",         // StartWorkspace, or the upkeep past the ready deadline
+		"lose: ready stopped → lost",             // upkeep: provider says gone, no runner
 		"start-recover: lost → recovering",       // RecoverWorkspace (races another recover)
 		"finish-recover: recovering → ready",     // RecoverWorkspace: restored on a fresh allocation
 		"fail-recover: recovering → lost",        // RecoverWorkspace: failed, allocation released
 		// DeleteWorkspace, from any state but deleted
-		"delete: provisioning ready failed closing closed reopening reclaiming lost recovering → deleted",
+		"delete: provisioning ready failed closing closed reopening reclaiming stopping stopped starting lost recovering → deleted",
 	}
 	var got []string
 	for _, tr := range Table() {
@@ -71,7 +77,8 @@ func TestTableIsWellFormed(t *testing.T) {
 	}
 	// Every state of the API is one of the machine's, and no other.
 	all := []api.WorkspaceState{api.StateProvisioning, api.StateReady, api.StateFailed, api.StateClosing,
-		api.StateClosed, api.StateReopening, api.StateDeleted, api.StateReclaiming, api.StateLost, api.StateRecovering}
+		api.StateClosed, api.StateReopening, api.StateDeleted, api.StateReclaiming, api.StateStopping, api.StateStopped,
+		api.StateStarting, api.StateLost, api.StateRecovering}
 	if got := States(); len(got) != len(all) {
 		t.Fatalf("States() = %v; want %v", got, all)
 	}
@@ -155,5 +162,43 @@ func TestReachability(t *testing.T) {
 	}
 	if p, ok := Path(api.StateClosed, api.StateClosed); !ok || len(p) != 0 {
 		t.Fatalf("Path(closed, closed) = %v, %v", p, ok)
+	}
+}
+
+// TestStopStart pins what the stop and start events allow: a stopped workspace keeps its
+// sandbox and comes back only through start (never reopen or close directly), a failed start
+// leaves it stopped, and a refused stop leaves it ready.
+func TestStopStart(t *testing.T) {
+	if got := Next(api.StateStopped); !slices.Equal(got, []State{api.StateStarting, api.StateDeleted}) {
+		t.Fatalf("Next(stopped) = %v; want starting, deleted", got)
+	}
+	if got := Next(api.StateStopping); !slices.Equal(got, []State{api.StateReady, api.StateStopped, api.StateDeleted}) {
+		t.Fatalf("Next(stopping) = %v", got)
+	}
+	if got := Next(api.StateStarting); !slices.Equal(got, []State{api.StateReady, api.StateStopped, api.StateDeleted}) {
+		t.Fatalf("Next(starting) = %v", got)
+	}
+	path, ok := Path(api.StateReady, api.StateReady)
+	if !ok || len(path) != 0 {
+		t.Fatalf("Path(ready, ready) = %v", path)
+	}
+	path, ok = Path(api.StateStopped, api.StateReady)
+	if !ok || !slices.Equal(path, []Event{StartStart, FinishStart}) {
+		t.Fatalf("Path(stopped, ready) = %v, %v", path, ok)
+	}
+	// Only a ready workspace stops; only a stopped one starts.
+	for _, s := range States() {
+		if tr, _ := Lookup(StartStop); tr.Allows(s) != (s == api.StateReady) {
+			t.Fatalf("start-stop from %s: %v", s, tr.Allows(s))
+		}
+		if tr, _ := Lookup(StartStart); tr.Allows(s) != (s == api.StateStopped) {
+			t.Fatalf("start-start from %s: %v", s, tr.Allows(s))
+		}
+	}
+	// A stopped workspace is neither closed nor reopened without being started first.
+	for _, to := range []State{api.StateClosing, api.StateReopening, api.StateClosed} {
+		if Allowed(api.StateStopped, to) {
+			t.Fatalf("stopped → %s is allowed", to)
+		}
 	}
 }

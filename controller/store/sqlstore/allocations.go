@@ -28,14 +28,14 @@ func init() {
 }
 
 const allocationCols = `id, workspace_id, provider, state, root, bootstrap_hash, bootstrap_used, session_hash, pending_session_hash,
-	runner_version, owner, owner_since, placed_on, ready_by, created_at, updated_at`
+	runner_version, owner, owner_since, placed_on, ready_by, stopped_tree, created_at, updated_at`
 
 func scanAllocation(row interface{ Scan(...any) error }) (store.Allocation, error) {
 	var a store.Allocation
 	var ownerSince, readyBy sql.NullTime
 	err := row.Scan(&a.ID, &a.WorkspaceID, &a.Provider, &a.State, &a.Root, &a.BootstrapHash, &a.BootstrapUsed,
 		&a.SessionHash, &a.PendingSessionHash, &a.RunnerVersion, &a.Owner, &ownerSince, &a.PlacedOn, &readyBy,
-		&a.CreatedAt, &a.UpdatedAt)
+		&a.StoppedTree, &a.CreatedAt, &a.UpdatedAt)
 	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
 	a.OwnerSince, a.ReadyBy = zeroTime(ownerSince), zeroTime(readyBy)
 	return a, err
@@ -111,7 +111,7 @@ func (s *DB) refused(ctx context.Context, id, state string) error {
 }
 
 // ClaimAllocation is UpdateAllocation to connected that also names the controller holding the
-// connection. A claim replaces any earlier owner: the runner connects to one controller at a
+// connection; a stopped allocation is claimed by no one (its runner was stopped with it). A claim replaces any earlier owner: the runner connects to one controller at a
 // time, and the latest connection is the live one.
 func (s *DB) ClaimAllocation(ctx context.Context, id, controller, root, runnerVersion string) error {
 	if controller == "" {
@@ -122,7 +122,7 @@ func (s *DB) ClaimAllocation(ctx context.Context, id, controller, root, runnerVe
 		root = CASE WHEN CAST(? AS TEXT) = '' THEN root ELSE ? END,
 		runner_version = CASE WHEN CAST(? AS TEXT) = '' THEN runner_version ELSE ? END,
 		owner = ?, owner_since = ?, updated_at = ?
-		WHERE id = ? AND `+finalGuard,
+		WHERE id = ? AND state <> 'stopped' AND `+finalGuard,
 		root, root, runnerVersion, runnerVersion, controller, now, now, id, store.AllocConnected, store.AllocConnected)
 	if err != nil || len(ids) > 0 {
 		return err

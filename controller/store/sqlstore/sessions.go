@@ -38,7 +38,7 @@ func (s *DB) RotateSession(ctx context.Context, allocationID, presented, newHash
 	if err != nil {
 		return a, err
 	}
-	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+	if revokedAlloc(a.State) {
 		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
 	}
 	confirmed := a.SessionHash
@@ -91,7 +91,7 @@ func (s *DB) BootstrapAllocation(ctx context.Context, h string) (store.Allocatio
 	if a.SessionHash != "" {
 		return a, protocol.Errorf(protocol.CodeUnauthorized, "runner token was already used")
 	}
-	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+	if revokedAlloc(a.State) {
 		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
 	}
 	return a, nil
@@ -108,8 +108,14 @@ func (s *DB) AllocationBySession(ctx context.Context, h string) (store.Allocatio
 	if err != nil {
 		return a, err
 	}
-	if a.State == store.AllocDestroyed || a.State == store.AllocFailed {
+	if revokedAlloc(a.State) {
 		return a, protocol.Errorf(protocol.CodeRevoked, "allocation %s is %s", a.ID, a.State)
 	}
 	return a, nil
+}
+
+// revokedAlloc says whether an allocation in state admits no runner: destroyed and failed for
+// good, stopped until a start gives it a new bootstrap token.
+func revokedAlloc(state string) bool {
+	return state == store.AllocDestroyed || state == store.AllocFailed || state == store.AllocStopped
 }

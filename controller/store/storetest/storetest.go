@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"AllocationInfo", plain(testAllocationInfo)},
 		{"AllocationOwners", testAllocationOwners},
 		{"AllocationPlacement", plain(testAllocationPlacement)},
+		{"StopAllocation", plain(testStopAllocation)},
 		// Sessions
 		{"SessionRotation", plain(testSessionRotation)},
 		{"SessionRotationRace", plain(testSessionRotationRace)},
