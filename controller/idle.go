@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 )
 
@@ -194,6 +195,14 @@ func (s *Server) idleDue(ctx context.Context, ws api.Workspace) (*api.IdlePolicy
 	if err != nil {
 		s.log.Warn("idle sweep: running runs", "workspace", ws.ID, "err", err)
 		return nil, false
+	}
+	// A run counts only while its runner is connected somewhere in the cluster: only the runner
+	// ends a run's record, so a runner that died (or one that never reports an end) would
+	// otherwise keep its workspace awake for good.
+	if len(running) > 0 {
+		if a, err := s.store.GetAllocation(ctx, ws.AllocationID); err != nil || a.State != store.AllocConnected {
+			running = nil
+		}
 	}
 	if len(running) > 0 {
 		if err := s.store.TouchWorkspaces(ctx, map[string]time.Time{ws.ID: now}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
@@ -68,12 +69,16 @@ func (s *Server) detectLost(ctx context.Context, locked bool) {
 		if (local && !mine) || (!local && !locked) {
 			continue
 		}
-		st, err := s.inspectSandbox(ctx, a)
+		if !s.lostProbes.due(a.ID, s.now()) {
+			continue
+		}
+		st, err := s.inspectBounded(ctx, a)
 		if err != nil {
+			s.lostProbes.unknown(a.ID, s.now())
 			s.log.Warn("lost check: inspect", "workspace", ws.ID, "allocation", a.ID, "err", err)
 			continue
 		}
-		if st.State != provider.StateGone {
+		if !s.lostProbes.answer(a.ID, st.State == provider.StateGone, s.now()) {
 			continue
 		}
 		// Asked again after the provider answered: a runner that connected meanwhile means the
@@ -85,6 +90,73 @@ func (s *Server) detectLost(ctx context.Context, locked bool) {
 			s.log.Warn("lost check: record the loss", "workspace", ws.ID, "err", err)
 		}
 	}
+}
+
+// Confirming a loss. One "gone" is not enough: a provider's API behind a gateway, a glitch, a
+// list that lags can each say so once. A sandbox is taken as gone after lostConfirmations gone
+// answers in a row, lostProbeGap apart at least (any other answer, or an error, starts over), and
+// each allocation is asked at most once per lostProbeGap, each call bounded by lostInspectTimeout:
+// a provider's API is not asked once a second per workspace, nor can a hung call hold the upkeep.
+const (
+	lostConfirmations  = 3
+	lostProbeGap       = 5 * time.Second
+	lostInspectTimeout = 15 * time.Second
+)
+
+// lostProbes is what this controller's lost checks have seen of each allocation so far.
+type lostProbes struct {
+	mu sync.Mutex
+	m  map[string]lostProbe
+}
+
+type lostProbe struct {
+	gone int       // gone answers in a row
+	next time.Time // not asked again before
+}
+
+// due reports whether allocation id may be asked now.
+func (p *lostProbes) due(id string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !now.Before(p.m[id].next)
+}
+
+// unknown records that asking about id failed: an error is not an answer, confirming starts
+// over, and id is asked again after the gap.
+func (p *lostProbes) unknown(id string, now time.Time) {
+	p.answer(id, false, now)
+}
+
+// answer records one answer for id and reports whether the sandbox is now confirmed gone (the
+// record is then forgotten: the loss is acted on once).
+func (p *lostProbes) answer(id string, gone bool, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]lostProbe{}
+	}
+	if !gone {
+		// Asked again only after the gap: a live sandbox of a stopped workspace is not polled
+		// once a second.
+		p.m[id] = lostProbe{next: now.Add(lostProbeGap)}
+		return false
+	}
+	pr := p.m[id]
+	pr.gone++
+	pr.next = now.Add(lostProbeGap)
+	if pr.gone >= lostConfirmations {
+		delete(p.m, id)
+		return true
+	}
+	p.m[id] = pr
+	return false
+}
+
+// inspectBounded is inspectSandbox within lostInspectTimeout.
+func (s *Server) inspectBounded(ctx context.Context, a store.Allocation) (provider.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, lostInspectTimeout)
+	defer cancel()
+	return s.inspectSandbox(ctx, a)
 }
 
 // inspectSandbox asks the allocation's provider, here, for its sandbox's state.
@@ -126,6 +198,13 @@ func (s *Server) loseWorkspace(ctx context.Context, ws api.Workspace, a store.Al
 		return err
 	}
 	s.disconnect(ctx, a.ID)
+	// What the provider left (a Docker network) goes, but only while it still says the sandbox
+	// is gone: a sandbox that is there after all is never destroyed by a loss.
+	if st, err := s.inspectBounded(ctx, a); err != nil || st.State != provider.StateGone {
+		_ = s.store.RecordEvent(ctx, ws.ID, "the sandbox of lost allocation "+a.ID+" was not removed: the provider no longer reports it gone")
+		_, err = s.store.BumpEpoch(ctx, ws.ID)
+		return err
+	}
 	if err := s.destroySandbox(ctx, a); err != nil {
 		_ = s.store.RecordEvent(ctx, ws.ID, "what was left of the sandbox of lost allocation "+a.ID+" was not removed: "+protocol.AsError(err).Message)
 	}

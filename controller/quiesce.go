@@ -26,6 +26,14 @@ var quiesceForClose = quiesceWhy{op: "close", reason: "stopped because the works
 // still be running: close must not save around it.
 func (s *Server) quiesce(ctx context.Context, ws api.Workspace, c *hub.Conn, why quiesceWhy) (protocol.QuiesceResult, error) {
 	var res protocol.QuiesceResult
+	if why.runNote != "" {
+		if running, err := s.store.RunningRuns(ctx, ws.AllocationID); err == nil {
+			for _, run := range running {
+				s.stoppingRuns.Store(run.ID, why.runNote)
+				defer s.stoppingRuns.Delete(run.ID)
+			}
+		}
+	}
 	err := c.Call(ctx, protocol.OpQuiesce, ws.Epoch, protocol.QuiesceArgs{Reason: why.reason}, &res)
 	if err != nil {
 		// What the runner managed to stop is recorded all the same.

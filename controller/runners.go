@@ -298,6 +298,9 @@ func (s *Server) reconcileRuns(ctx context.Context, allocationID string, reporte
 
 // finishRun records how a run ended: exited with a code or a signal, or failed to run at all.
 func (s *Server) finishRun(ctx context.Context, runID string, exit protocol.ExecExit) error {
+	if note, ok := s.stoppingRuns.Load(runID); ok && exit.Error == nil {
+		exit.Error = &protocol.Error{Code: protocol.CodeCanceled, Message: note.(string)}
+	}
 	state, msg := api.RunExited, ""
 	var code *int
 	if exit.Error != nil {

@@ -117,6 +117,12 @@ type Server struct {
 	hub           *hub.Hub
 	providers     *providers.Set
 	operatorToken string
+	// stoppingRuns holds, by run id, the note a quiesce that is stopping the run records as its
+	// error (quiesceWhy.runNote): the runner's report of the run's end can arrive before the
+	// quiesce's answer, and must say why the run ended all the same.
+	stoppingRuns sync.Map
+	// lostProbes confirm a sandbox gone before its workspace is lost (lost.go).
+	lostProbes lostProbes
 	// consoleSessions are the web console's signed-in browsers (in memory: a restart signs
 	// them out).
 	consoleSessions *console.Sessions

@@ -156,6 +156,14 @@ func (s *Server) quiesceForStop(ctx context.Context, ws api.Workspace) string {
 		s.log.Info("stop: tree digest", "workspace", ws.ID, "err", err)
 		return ""
 	}
+	// A file write, upload or import that began before the stop (while the workspace was ready)
+	// may still be landing after the digest: the tree the sandbox keeps is then unknown, and no
+	// saved copy may stand in for it. Such a request is open in the activity count from before
+	// its state check until it ends, so one open now is one that may write after the digest.
+	if _, open := s.activity.latest(ws.ID, s.now()); open {
+		_ = s.store.RecordEvent(ctx, ws.ID, "stop: a file operation was still in progress; the kept tree is not known to equal any receipt")
+		return ""
+	}
 	return digest.Tree
 }
 

@@ -164,6 +164,10 @@ func (s *Server) failAllocation(ctx context.Context, a store.Allocation) error {
 			err = s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FailProvision, reason, "ready deadline passed")
 		case api.StateReopening:
 			err = s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FailReopen, reason, "ready deadline passed")
+		case api.StateRecovering:
+			// A recover rebuilds as a reopen does: its new allocation overdue, the workspace is lost
+			// again and a later recover tries again.
+			err = s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FailRecover, reason, "ready deadline passed")
 		}
 		if err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
 			return err

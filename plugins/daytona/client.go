@@ -125,6 +125,10 @@ type APIError struct {
 	Status  int
 	Message string
 	Code    string // the toolbox's DaemonErrorCode, when given
+	// Daytona: the body is Daytona's own error ({statusCode, message}, statusCode equal to the
+	// HTTP status). A 404 without it may be a gateway's, a wrong api_url's, or another
+	// organization's: it is not taken to mean the sandbox is gone.
+	Daytona bool
 }
 
 func (e *APIError) Error() string {
@@ -135,6 +139,14 @@ func (e *APIError) Error() string {
 }
 
 // statusOf returns the HTTP status of an *APIError in err, or 0.
+// notFound reports whether err is Daytona itself saying 404: what the plugin takes to mean
+// "no such sandbox" (or session, or file). Any other 404 is a failure, never "gone": a sandbox
+// reported gone can end with its workspace declared lost.
+func notFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Daytona
+}
+
 func statusOf(err error) int {
 	var ae *APIError
 	if errors.As(err, &ae) {
@@ -223,10 +235,12 @@ func readAPIError(resp *http.Response) *APIError {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	e := &APIError{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
 	var shape struct {
-		Message any    `json:"message"`
-		Code    string `json:"code"`
+		StatusCode int    `json:"statusCode"`
+		Message    any    `json:"message"`
+		Code       string `json:"code"`
 	}
 	if json.Unmarshal(b, &shape) == nil && shape.Message != nil {
+		e.Daytona = shape.StatusCode == resp.StatusCode
 		switch m := shape.Message.(type) {
 		case string:
 			e.Message = m
@@ -447,7 +461,7 @@ func typed(what string, err error) error {
 	}
 	code := provider.CodeProviderFailed
 	switch s := statusOf(err); {
-	case s == http.StatusNotFound:
+	case notFound(err):
 		code = provider.CodeNotFound
 	case s == http.StatusConflict:
 		code = provider.CodeConflict

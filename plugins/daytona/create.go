@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -130,7 +129,7 @@ func createBody(req provider.CreateRequest, opts map[string]string) (CreateSandb
 func (p *Provider) cleanupByID(ctx context.Context, cli *Client, sandboxID, alloc string) error {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
-	if err := cli.Delete(c, sandboxID); err != nil && statusOf(err) != http.StatusNotFound {
+	if err := cli.Delete(c, sandboxID); err != nil && !notFound(err) {
 		return provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: delete sandbox %s: %v", alloc, sandboxID, err)
 	}
 	return nil
@@ -149,7 +148,7 @@ func (p *Provider) cleanupLost(ctx context.Context, cli *Client, alloc string) e
 	switch sb, err := cli.Get(c, sandboxName(alloc)); {
 	case err == nil && owns(sb, alloc):
 		ids[sb.ID] = true
-	case err != nil && statusOf(err) != http.StatusNotFound:
+	case err != nil && !notFound(err):
 		errs = append(errs, provider.Errorf(provider.CodeProviderFailed, "cleanup of allocation %s: get sandbox %s: %v", alloc, sandboxName(alloc), err))
 	}
 	list, err := cli.List(c, map[string]string{labelOwn: Name, provider.LabelAllocation: alloc})

@@ -148,8 +148,9 @@ func runnerScript(ps paths, tokenFile string, env map[string]string) string {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	fmt.Fprintf(&b, "cd %s || exit 97\n", q(ps.root))
+	// The token file goes first, whatever happens next: no secret is left behind by a failed cd.
 	fmt.Fprintf(&b, "IFS= read -r %s < %s; rm -f %s\n", provider.EnvRunnerToken, q(tokenFile), q(tokenFile))
+	fmt.Fprintf(&b, "cd %s || exit 97\n", q(ps.root))
 	fmt.Fprintf(&b, "[ -n \"$%s\" ] || exit 98\nexport %s\n", provider.EnvRunnerToken, provider.EnvRunnerToken)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "export %s=%s\n", k, q(env[k]))
@@ -171,7 +172,7 @@ func endRunner(ctx context.Context, tb *Toolbox) error {
 		if !strings.HasPrefix(s.SessionID, runnerSessionPrefix) {
 			continue
 		}
-		if err := tb.DeleteSession(ctx, s.SessionID); err != nil && statusOf(err) != 404 {
+		if err := tb.DeleteSession(ctx, s.SessionID); err != nil && !notFound(err) {
 			return typed("end session "+s.SessionID+" of "+tb.sandbox, err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -189,7 +188,7 @@ func (p *Provider) Destroy(ctx context.Context, allocationID string) error {
 	if err != nil {
 		return err
 	}
-	if err := cli.Delete(ctx, sb.ID); err != nil && statusOf(err) != http.StatusNotFound {
+	if err := cli.Delete(ctx, sb.ID); err != nil && !notFound(err) {
 		return typed("delete sandbox "+sb.ID, err)
 	}
 	_ = os.Remove(p.stagePath(allocationID))

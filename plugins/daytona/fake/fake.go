@@ -131,8 +131,10 @@ func New(t testing.TB, dir, key string, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	s.api = httptest.NewServer(s.guard(false, s.apiRoutes()))
+	// The toolbox starts first: the API's handlers read its URL, and only starting the API
+	// after it orders that write before the API's goroutines.
 	s.tb = httptest.NewServer(s.guard(true, s.toolboxRoutes()))
+	s.api = httptest.NewServer(s.guard(false, s.apiRoutes()))
 	t.Cleanup(s.Close)
 	return s
 }
