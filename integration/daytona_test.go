@@ -11,9 +11,10 @@ import (
 	"github.com/tetherhq/tether/plugins/daytona/fake"
 )
 
-// The whole journey on the Daytona provider, against the in-repo FAKE of Daytona's API (real
-// runner processes behind it): create, exec, files, snapshot, restore, remove.
-func TestDaytonaProviderAgainstTheFake(t *testing.T) {
+// startDaytonaFakeController starts the in-repo FAKE of Daytona's API and a controller whose
+// Daytona provider talks to it.
+func startDaytonaFakeController(t *testing.T) (*controllerProc, *fake.Server) {
+	t.Helper()
 	const key = "fake-daytona-key"
 	api0 := fake.New(t, t.TempDir(), key)
 	t.Setenv("TETHER_TEST_DAYTONA_KEY", key)
@@ -21,6 +22,13 @@ func TestDaytonaProviderAgainstTheFake(t *testing.T) {
 		"--provider-config", "daytona.api_url=" + api0.URL(),
 		"--provider-config", "daytona.api_key_env=TETHER_TEST_DAYTONA_KEY",
 	}})
+	return c, api0
+}
+
+// The whole journey on the Daytona provider, against the in-repo FAKE of Daytona's API (real
+// runner processes behind it): create, exec, files, snapshot, restore, remove.
+func TestDaytonaProviderAgainstTheFake(t *testing.T) {
+	c, api0 := startDaytonaFakeController(t)
 	var ws api.Workspace
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "create", "--provider", "daytona", "--name", "day", "--json")), &ws); err != nil {
 		t.Fatal(err)

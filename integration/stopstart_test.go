@@ -185,13 +185,7 @@ func TestStopStartDocker(t *testing.T) {
 // Stop and start on Daytona, against the fake: the sandbox is stopped at the provider and
 // started again, the unsaved file still there.
 func TestStopStartDaytonaFake(t *testing.T) {
-	const key = "fake-daytona-key"
-	api0 := fake.New(t, t.TempDir(), key)
-	t.Setenv("TETHER_TEST_DAYTONA_KEY", key)
-	c := startController(t, serveOpts{extraArgs: []string{
-		"--provider-config", "daytona.api_url=" + api0.URL(),
-		"--provider-config", "daytona.api_key_env=TETHER_TEST_DAYTONA_KEY",
-	}})
+	c, api0 := startDaytonaFakeController(t)
 	var ws api.Workspace
 	if err := json.Unmarshal([]byte(c.mustCLI(t, "workspace", "create", "--provider", "daytona", "--name", "dstop", "--json")), &ws); err != nil {
 		t.Fatal(err)
