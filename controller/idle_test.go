@@ -293,17 +293,21 @@ func TestUseOfClosedWorkspace(t *testing.T) {
 }
 
 // Idle for its own policy, a workspace is stopped (its sandbox kept); a call with the wake
-// header starts it again and is done. Needs workspace stop/start (h/stopstart): fails until
-// that is merged.
+// header starts it again and is done. The workspace is a real one of the local provider (its
+// runner a process the plugin started), so the stop and the start are the provider's.
 func TestIdleStopThenWake(t *testing.T) {
 	fc := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
 	const after = 10 * time.Minute
-	tc := newTestController(t, withClock(fc), localProvider(t))
-	ws := tc.liveWorkspace(t, "nap")
-	stop := api.IdlePolicy{Action: api.IdleStop, After: protocol.Duration(after)}
-	if err := tc.s.store.SetIdlePolicy(context.Background(), ws.workspaceID, &stop); err != nil {
+	runnerBin := providertest.Build(t, "github.com/tetherhq/tether/cmd/tether-runner", "tether-runner", "")
+	tc := newTestController(t, withClock(fc), localProvider(t), func(c *Config) { c.RunnerBinary = runnerBin })
+	tc.s.advertise = tc.url
+	created, err := tc.s.CreateWorkspace(context.Background(), api.CreateWorkspaceRequest{Name: "nap", Provider: "local",
+		IdleStop: durPtr(after)})
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tc.s.DeleteWorkspace(context.Background(), created.ID) })
+	ws := struct{ workspaceID string }{created.ID}
 	d := startIdle(t, tc, fc)
 	d.advance(after + idleTick)
 	if got := tc.state(t, ws.workspaceID); got != api.StateStopped {

@@ -155,9 +155,10 @@ func TestReachability(t *testing.T) {
 	if p, ok := Path(api.StateLost, api.StateReady); !ok || !slices.Equal(p, []Event{StartRecover, FinishRecover}) {
 		t.Fatalf("Path(lost, ready) = %v, %v", p, ok)
 	}
-	for _, s := range []State{api.StateClosed, api.StateReopening, api.StateClosing, api.StateProvisioning, api.StateFailed} {
+	for _, s := range []State{api.StateClosed, api.StateReopening, api.StateClosing, api.StateProvisioning, api.StateFailed,
+		api.StateStopping, api.StateStarting} {
 		if Allowed(s, api.StateLost) {
-			t.Fatalf("%s → lost is allowed: only a ready workspace (with a live sandbox to lose) is lost", s)
+			t.Fatalf("%s → lost is allowed: only a ready or stopped workspace (with a sandbox to lose) is lost", s)
 		}
 	}
 	if p, ok := Path(api.StateClosed, api.StateClosed); !ok || len(p) != 0 {
@@ -169,8 +170,9 @@ func TestReachability(t *testing.T) {
 // sandbox and comes back only through start (never reopen or close directly), a failed start
 // leaves it stopped, and a refused stop leaves it ready.
 func TestStopStart(t *testing.T) {
-	if got := Next(api.StateStopped); !slices.Equal(got, []State{api.StateStarting, api.StateDeleted}) {
-		t.Fatalf("Next(stopped) = %v; want starting, deleted", got)
+	// A stopped workspace's kept sandbox can be destroyed outside Tether: lost.
+	if got := Next(api.StateStopped); !slices.Equal(got, []State{api.StateStarting, api.StateLost, api.StateDeleted}) {
+		t.Fatalf("Next(stopped) = %v; want starting, lost, deleted", got)
 	}
 	if got := Next(api.StateStopping); !slices.Equal(got, []State{api.StateReady, api.StateStopped, api.StateDeleted}) {
 		t.Fatalf("Next(stopping) = %v", got)
