@@ -62,6 +62,7 @@ func (s *Server) upkeepOnce(ctx context.Context) error {
 	if err := s.failOverdue(ctx); err != nil {
 		return err
 	}
+	s.settleStops(ctx)
 	s.detectLost(ctx, true)
 	return nil
 }
