@@ -42,6 +42,9 @@ func lostRunReason(allocationID string) string {
 // by the controller holding the upkeep lock (locked). A sandbox whose host is unreachable is
 // not inspected: unknown is not gone.
 func (s *Server) detectLost(ctx context.Context, locked bool) {
+	ctx, cancel := context.WithTimeout(ctx, lostPassBudget)
+	defer cancel()
+	s.lostProbes.prune(s.now())
 	list, err := s.store.ListWorkspaces(ctx, false)
 	if err != nil {
 		s.log.Warn("lost check: list workspaces", "err", err)
@@ -111,7 +114,31 @@ type lostProbes struct {
 
 type lostProbe struct {
 	gone int       // gone answers in a row
+	last time.Time // the last answer (or error)
 	next time.Time // not asked again before
+}
+
+// lostRowGap: gone answers further apart than this are not in a row (the allocation was not
+// asked meanwhile: its runner came back, its workspace moved on), and confirming starts over.
+// Entries older than lostForget are dropped, so the map holds only allocations being asked.
+const (
+	lostRowGap = 3 * lostProbeGap
+	lostForget = 10 * lostProbeGap
+	// lostPassBudget bounds one pass of the lost check: a provider whose API hangs holds the
+	// upkeep for this long at most, not lostInspectTimeout per workspace; the rest is asked on
+	// the next pass.
+	lostPassBudget = 30 * time.Second
+)
+
+// prune drops what was last answered longer than lostForget ago.
+func (p *lostProbes) prune(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, pr := range p.m {
+		if now.Sub(pr.last) > lostForget {
+			delete(p.m, id)
+		}
+	}
 }
 
 // due reports whether allocation id may be asked now.
@@ -138,12 +165,15 @@ func (p *lostProbes) answer(id string, gone bool, now time.Time) bool {
 	if !gone {
 		// Asked again only after the gap: a live sandbox of a stopped workspace is not polled
 		// once a second.
-		p.m[id] = lostProbe{next: now.Add(lostProbeGap)}
+		p.m[id] = lostProbe{last: now, next: now.Add(lostProbeGap)}
 		return false
 	}
 	pr := p.m[id]
+	if pr.gone > 0 && now.Sub(pr.last) > lostRowGap {
+		pr.gone = 0
+	}
 	pr.gone++
-	pr.next = now.Add(lostProbeGap)
+	pr.last, pr.next = now, now.Add(lostProbeGap)
 	if pr.gone >= lostConfirmations {
 		delete(p.m, id)
 		return true
@@ -225,12 +255,17 @@ func (s *Server) lossReport(ctx context.Context, ws api.Workspace, a store.Alloc
 	if err != nil {
 		return "", err
 	}
+	kept := ""
+	if ws.State == api.StateStopped && a.State == store.AllocStopped {
+		// Only a stopped sandbox's digest says what it held: a running one may hold anything since.
+		kept = a.StoppedTree
+	}
 	switch {
-	case a.StoppedTree != "" && last != nil && last.Summary.Tree == a.StoppedTree:
+	case kept != "" && last != nil && last.Summary.Tree == kept:
 		// A stop recorded the tree it kept: here the loss is known exactly.
-		fmt.Fprintf(&b, "; nothing unsaved: the stopped sandbox held tree %s, the tree of receipt %s", short(a.StoppedTree), last.ID)
-	case a.StoppedTree != "":
-		fmt.Fprintf(&b, "; the stopped sandbox held tree %s, not saved in any receipt (last receipt: %s)", short(a.StoppedTree), firstNonEmpty(receiptID(last), "none"))
+		fmt.Fprintf(&b, "; nothing unsaved: the stopped sandbox held tree %s, the tree of receipt %s", short(kept), last.ID)
+	case kept != "":
+		fmt.Fprintf(&b, "; the stopped sandbox held tree %s, not saved in any receipt (last receipt: %s)", short(kept), firstNonEmpty(receiptID(last), "none"))
 	case last == nil:
 		b.WriteString("; every change is lost: the workspace has no receipt")
 	default:

@@ -49,3 +49,24 @@ func TestLostNeedsConfirmedGoneAnswers(t *testing.T) {
 		t.Fatal("a confirmed loss is remembered")
 	}
 }
+
+// Gone answers further apart than lostRowGap (the allocation was not asked meanwhile: its runner
+// came back, its workspace moved on) are not in a row: two old ones and a new one confirm nothing.
+func TestLostGoneAnswersApartAreNotInARow(t *testing.T) {
+	var p lostProbes
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	for i := 1; i < lostConfirmations; i++ {
+		if p.answer("al_1", true, now) {
+			t.Fatalf("confirmed after %d", i)
+		}
+		now = now.Add(lostProbeGap)
+	}
+	now = now.Add(lostRowGap)
+	if p.answer("al_1", true, now) {
+		t.Fatal("gone answers hours apart confirmed a loss")
+	}
+	p.prune(now.Add(lostForget + time.Second))
+	if len(p.m) != 0 {
+		t.Fatalf("prune kept %d stale entries", len(p.m))
+	}
+}

@@ -122,7 +122,9 @@ func (s *Server) stoppedSource(ctx context.Context, src fileSource) (fileSource,
 	if err != nil {
 		return src, err
 	}
-	if last != nil && a.StoppedTree != "" && last.Summary.Tree == a.StoppedTree {
+	// Only a stopped allocation's digest says what its sandbox holds (a start clears it, and a
+	// stop not yet done has not recorded its own).
+	if last != nil && a.State == store.AllocStopped && a.StoppedTree != "" && last.Summary.Tree == a.StoppedTree {
 		src.snap = last
 		return src, nil
 	}

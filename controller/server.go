@@ -149,8 +149,11 @@ type Server struct {
 	tunnels      tunnelCache
 	requests     atomic.Int64 // API requests being served, hijacked ones included (drain)
 	provisioning provisioning
-	hostLocals   hostLocalCache
-	uploads      *uploadTracker // heartbeats of this controller's running uploads
+	// stops is the set of workspaces this controller's StopWorkspace is stopping right now: the
+	// upkeep never settles a stop that is still running here (settleStops).
+	stops      provisioning
+	hostLocals hostLocalCache
+	uploads    *uploadTracker // heartbeats of this controller's running uploads
 	// busy marks the workspaces this controller is capturing or restoring into: a checkpoint
 	// skips them rather than wait. checkpointPassed, when set (tests), is called after each
 	// pass of the checkpoint loop.

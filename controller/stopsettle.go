@@ -17,13 +17,19 @@ import (
 // quiesce's grace and a provider's stop timeout (Daytona's default is 300 s).
 const staleStop = 15 * time.Minute
 
-// settleStops finishes the stops nobody is finishing, so no workspace stays stopping for good:
-//   - an allocation already stopped (the provider stopped and kept the sandbox, the tokens are
-//     dead) only lacks the new epoch and finish-stop: both are done now;
-//   - past staleStop, the provider is asked afresh: a sandbox it keeps (stopped or archived) is
-//     stopped here with an unknown tree (no digest was recorded, so no saved copy stands in for
-//     it); anything else is refuse-stop, back to ready with the reason, the runner's gate
-//     reopened where its runner is connected here.
+// settleStops finishes the stops nobody is finishing, so a stop cut short never leaves its
+// workspace stopping for good. Only what is safe whoever else may still be at work is done:
+//   - an allocation stopped (the provider stopped and kept the sandbox, its tokens are dead) a
+//     minute ago or more — a live stop takes milliseconds from there to finish-stop — only lacks
+//     its runs settled, a new epoch and finish-stop: all are done now;
+//   - a workspace stopping for staleStop whose stop is not running here, whose sandbox the
+//     provider, asked afresh, reports kept (stopped or archived), is stopped with an unknown tree
+//     (no digest was recorded, so no saved copy stands in for it).
+//
+// A stop whose controller died before the provider stopped the sandbox (the sandbox still
+// running) is left stopping: the upkeep cannot tell it from a slow stop on another controller
+// (a provider's stop may be given any timeout), and refusing a stop that then completes would
+// leave a ready workspace with a stopped sandbox. rm ends it.
 //
 // A sandbox placed on another controller is left to that one (host-local providers), as the
 // lost check does.
@@ -34,46 +40,37 @@ func (s *Server) settleStops(ctx context.Context) {
 		return
 	}
 	for _, ws := range list {
-		if ctx.Err() != nil || ws.State != api.StateStopping {
+		if ctx.Err() != nil || ws.State != api.StateStopping || s.stops.has(ws.ID) {
 			continue
 		}
 		a, err := s.store.GetAllocation(ctx, ws.AllocationID)
 		if err != nil {
 			continue
 		}
-		if a.State == store.AllocStopped && s.now().Sub(ws.UpdatedAt) >= time.Minute {
-			// A minute: a stop running now finishes within milliseconds of stopping the
-			// allocation; this one is nobody's.
-			s.finishStop(ctx, ws, "stopped; the stop was finished by the upkeep")
+		if a.State == store.AllocStopped {
+			if s.now().Sub(a.UpdatedAt) >= time.Minute {
+				s.settleRuns(ctx, a.ID, stoppedNote)
+				s.finishStop(ctx, ws, "stopped; the stop was finished by the upkeep")
+			}
 			continue
 		}
-		if a.State == store.AllocStopped || s.now().Sub(ws.UpdatedAt) < staleStop {
+		if s.now().Sub(ws.UpdatedAt) < staleStop {
 			continue
 		}
 		if local, err := s.hostLocal(ctx, a.Provider); err != nil || (local && a.PlacedOn != s.id) {
 			continue
 		}
 		st, err := s.inspectBounded(ctx, a)
-		if err != nil {
+		if err != nil || (st.State != provider.StateStopped && st.State != provider.StateArchived) {
 			continue
 		}
-		if st.State == provider.StateStopped || st.State == provider.StateArchived {
-			if err := s.store.StopAllocation(ctx, a.ID, ""); err != nil {
-				s.log.Warn("settle stops: stop allocation", "allocation", a.ID, "err", err)
-				continue
-			}
-			s.disconnect(ctx, a.ID)
-			s.settleRuns(ctx, a.ID, stoppedNote)
-			s.finishStop(ctx, ws, fmt.Sprintf("stopped; the stop was finished by the upkeep after %s (the sandbox is %s; its tree is not known to equal any receipt)", staleStop, st.State))
+		if err := s.store.StopAllocation(ctx, a.ID, ""); err != nil {
+			s.log.Warn("settle stops: stop allocation", "allocation", a.ID, "err", err)
 			continue
 		}
-		if c, ok := s.runnerOf(ctx, ws.AllocationID); ok {
-			s.unquiesce(ctx, ws, c)
-		}
-		reason := fmt.Sprintf("the stop did not finish within %s and the provider reports the sandbox %s", staleStop, st.State)
-		if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.RefuseStop, reason, "stop refused by the upkeep"); err != nil && protocol.CodeOf(err) != protocol.CodeConflict {
-			s.log.Warn("settle stops: refuse stop", "workspace", ws.ID, "err", err)
-		}
+		s.disconnect(ctx, a.ID)
+		s.settleRuns(ctx, a.ID, stoppedNote)
+		s.finishStop(ctx, ws, fmt.Sprintf("stopped; the stop was finished by the upkeep after %s (the sandbox is %s; its tree is not known to equal any receipt)", staleStop, st.State))
 	}
 }
 

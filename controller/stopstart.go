@@ -105,6 +105,7 @@ func (s *Server) StopWorkspace(ctx context.Context, idOrName string) (api.Worksp
 	// A stop that began finishes, whoever gave up waiting for it: a client that went away must
 	// not leave the workspace stopping.
 	bg := context.WithoutCancel(ctx)
+	defer s.stops.begin(ws.ID)()
 	tree := s.quiesceForStop(bg, ws)
 	if err := s.onSandbox(bg, a, sandboxStopKeep); err != nil {
 		if c, ok := s.runnerOf(bg, ws.AllocationID); ok {
@@ -127,6 +128,11 @@ func (s *Server) StopWorkspace(ctx context.Context, idOrName string) (api.Worksp
 		cause = "stopped; the sandbox is kept, its files are those of " + last.ID
 	}
 	if err := s.store.TransitionWorkspace(bg, ws.ID, wsstate.FinishStop, "", cause); err != nil {
+		// Finished already (another controller's upkeep took this stop for one cut short): the
+		// workspace is stopped, which is what was asked.
+		if cur, gerr := s.workspace(bg, ws.ID); protocol.CodeOf(err) == protocol.CodeConflict && gerr == nil && cur.State == api.StateStopped {
+			return cur, nil
+		}
 		return ws, err
 	}
 	return s.workspace(bg, ws.ID)
@@ -147,6 +153,12 @@ func (s *Server) quiesceForStop(ctx context.Context, ws api.Workspace) string {
 		_ = s.store.RecordEvent(ctx, ws.ID, protocol.AsError(err).Message+"; the provider stops what is left")
 		return ""
 	}
+	// A file write, upload or import that began before the stop (while the workspace was ready)
+	// may still be landing: the set that matters is what is open now, before the digest (one that
+	// lands during the walk and ends before a later look would go unseen), and again after it.
+	if s.fileOpOpen(ctx, ws) {
+		return ""
+	}
 	var digest protocol.SnapshotSummary
 	args := protocol.SnapshotCaptureArgs{WorkspaceID: ws.ID}
 	if last, err := s.lastReceipt(ctx, ws.ID); err == nil && last != nil {
@@ -156,15 +168,23 @@ func (s *Server) quiesceForStop(ctx context.Context, ws api.Workspace) string {
 		s.log.Info("stop: tree digest", "workspace", ws.ID, "err", err)
 		return ""
 	}
-	// A file write, upload or import that began before the stop (while the workspace was ready)
-	// may still be landing after the digest: the tree the sandbox keeps is then unknown, and no
-	// saved copy may stand in for it. Such a request is open in the activity count from before
-	// its state check until it ends, so one open now is one that may write after the digest.
-	if _, open := s.activity.latest(ws.ID, s.now()); open {
-		_ = s.store.RecordEvent(ctx, ws.ID, "stop: a file operation was still in progress; the kept tree is not known to equal any receipt")
+	if s.fileOpOpen(ctx, ws) {
 		return ""
 	}
 	return digest.Tree
+}
+
+// fileOpOpen reports (and records) whether a request of ws is open on this controller: a file
+// write, upload or import open then may change the tree around a stop's digest, so the tree the
+// sandbox keeps is unknown and no saved copy may stand in for it. Such a request is counted open
+// from before its own state check until it ends, so none that passed that check while the
+// workspace was ready is missed.
+func (s *Server) fileOpOpen(ctx context.Context, ws api.Workspace) bool {
+	if _, open := s.activity.latest(ws.ID, s.now()); !open {
+		return false
+	}
+	_ = s.store.RecordEvent(ctx, ws.ID, "stop: a file operation was still in progress; the kept tree is not known to equal any receipt")
+	return true
 }
 
 // settleRuns records the runs of an allocation still running as lost with why: its sandbox's

@@ -33,7 +33,9 @@ func (s *DB) StopAllocation(ctx context.Context, id, tree string) error {
 }
 
 // RestartAllocation is the start of a stopped allocation: starting again, admitting only the
-// runner presenting the new bootstrap token, by readyBy.
+// runner presenting the new bootstrap token, by readyBy. The stop's tree digest stays (a start
+// that fails before its runner is admitted leaves the tree as the stop left it); it describes
+// the sandbox only while the allocation is stopped, and readers look at it only then.
 func (s *DB) RestartAllocation(ctx context.Context, id, bootstrapHash string, readyBy time.Time) error {
 	ids, err := s.changeAllocations(ctx, `UPDATE allocations SET state = 'starting', bootstrap_hash = ?, bootstrap_used = FALSE,
 		session_hash = '', pending_session_hash = '', owner = '', owner_since = NULL, ready_by = ?, updated_at = ?
