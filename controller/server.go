@@ -280,6 +280,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.members = peer.NewMembership(st, store.Member{ID: s.id, Address: cfg.PeerURL, Version: cfg.Version, StartedAt: s.now()},
 		cfg.Membership, cfg.Clock, cfg.Logger)
+	if cfg.StoreURL == "" {
+		// SQLite in this data directory, which this controller holds locked: it has no peers.
+		s.members.SetAlone()
+	}
 	s.projects = project.New(project.Config{Store: st, DataDir: cfg.DataDir, GitBinary: cfg.GitBinary,
 		NewID: newID, CheckName: checkName, ExpectKind: expectKind, Clock: cfg.Clock, Go: routines.Go})
 	s.archives = savedcopy.Archives{Blobs: blobs, Identity: identity, Pin: s.pinReceipt, Go: s.routines.Go}

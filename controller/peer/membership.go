@@ -36,6 +36,16 @@ type Membership struct {
 	lastOK  time.Time // when the last heartbeat was written (this process's clock)
 	lapsed  bool
 	running bool // Run is writing heartbeats
+	alone   bool // no other controller can share the store (SetAlone)
+}
+
+// SetAlone says no other controller can share this controller's store (SQLite in its locked data
+// directory): no peer can ever take its runners over, so a heartbeat it could not write (a busy
+// disk) is logged and never a lapse. Dropping the runners would only break their work.
+func (m *Membership) SetAlone() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.alone = true
 }
 
 // NewMembership prepares self's membership; Beat writes its first heartbeat.
@@ -115,7 +125,7 @@ func (m *Membership) Run(ctx context.Context, onLapse func()) {
 func (m *Membership) markLapsed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lapsed || m.clock.Since(m.lastOK) < m.timing.Lapse {
+	if m.alone || m.lapsed || m.clock.Since(m.lastOK) < m.timing.Lapse {
 		return false
 	}
 	m.lapsed = true
@@ -128,7 +138,7 @@ func (m *Membership) markLapsed() bool {
 func (m *Membership) Owning() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.running {
+	if !m.running || m.alone {
 		return true
 	}
 	return !m.lapsed && !m.lastOK.IsZero() && m.clock.Since(m.lastOK) < m.timing.Lapse

@@ -92,3 +92,41 @@ func TestMembershipLapsesAndRecovers(t *testing.T) {
 	default:
 	}
 }
+
+// A controller alone on its store (SQLite in its locked data directory) has no peer to hand its
+// runners to: heartbeats it cannot write (a busy disk) never make it let go of them.
+func TestAloneMembershipNeverLapses(t *testing.T) {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	st, err := sqlstore.Open(ctx, "", t.TempDir(), sqlstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	members := &failingMembers{Members: st}
+	timing := Timing{Interval: time.Second, TTL: 6 * time.Second, Lapse: 4 * time.Second}
+	m := NewMembership(members, store.Member{ID: "ctl_a", Address: "http://a"}, timing, clock, slog.New(slog.DiscardHandler))
+	m.SetAlone()
+	if err := m.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lapses atomic.Int32
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(runCtx, func() { lapses.Add(1) }) }()
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	members.fail.Store(true)
+	for range 10 {
+		clock.Advance(timing.Interval)
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	if n := lapses.Load(); n != 0 || !m.Owning() {
+		t.Fatalf("alone, 10 s without a heartbeat: %d lapse(s), owning %v; want none and owning", n, m.Owning())
+	}
+}
