@@ -73,8 +73,11 @@ func (s *dirStore) Put(ctx context.Context, key string, r io.Reader, want string
 	}()
 
 	src := newSource(ctx, r)
-	// Written back as it streams (writeback.go), so the fsync below has little left.
-	_, cerr := io.CopyBuffer(&fsguard.Writeback{F: f}, src, make([]byte, 256<<10))
+	// Written with O_DIRECT where the filesystem takes it (fsguard.DirectWriter), else written
+	// back as it streams, so the fsync below has little left either way.
+	w := &fsguard.DirectWriter{F: f}
+	_, cerr := io.Copy(w, src)
+	cerr = errors.Join(cerr, w.Finish())
 	if err := src.failure(key); err != nil {
 		return Info{}, err
 	}

@@ -30,6 +30,11 @@ func (r *Root) withParent(rel string, fn func(pfd int, name, clean string) error
 	}
 	defer r.release()
 	dir, name := split(clean)
+	if dir == "." {
+		// The root's own descriptor is the parent (an O_PATH directory like the one opened
+		// below), and name is one component: nothing to resolve, two syscalls saved.
+		return fn(root, name, clean)
+	}
 	pfd, err := r.openBeneath(root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return withPath(err, clean)
@@ -91,10 +96,12 @@ func (r *Root) OpenDir(rel string) (*Root, error) {
 func (r *Root) Lstat(rel string) (fs.FileInfo, error) {
 	if c, err := Clean(rel); err == nil && c == "." {
 		fi := &fileInfo{name: "."}
-		err := r.withFD(".", unix.O_PATH|unix.O_DIRECTORY, func(fd int, clean string) error {
-			return mapErrno("fstat", clean, unix.Fstat(fd, &fi.st))
-		})
-		return fi, err
+		root, err := r.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer r.release()
+		return fi, mapErrno("fstat", ".", unix.Fstat(root, &fi.st))
 	}
 	var fi *fileInfo
 	err := r.withParent(rel, func(pfd int, name, clean string) error {
@@ -112,27 +119,45 @@ func (r *Root) Lstat(rel string) (fs.FileInfo, error) {
 // os.File's DirEntry.Info would look entries up by name from the working
 // directory, so listings go through ReadDir instead.
 func (r *Root) Open(rel string) (*os.File, error) {
-	var f *os.File
-	err := r.withFD(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, func(fd int, clean string) error {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return mapErrno("fstat", clean, err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return newError(CodeInvalidArgument, clean, "not a regular file", nil)
-		}
-		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return mapErrno("dup", clean, err)
-		}
-		if err := unix.SetNonblock(dup, false); err != nil {
-			unix.Close(dup)
-			return mapErrno("fcntl", clean, err)
-		}
-		f = os.NewFile(uintptr(dup), clean)
-		return nil
-	})
+	f, _, err := r.OpenStat(rel)
 	return f, err
+}
+
+// OpenStat is Open that also returns the fstat the file was checked with (Sys is a
+// *unix.Stat_t), which saves a caller that needs it a syscall: a capture opens every file of the
+// tree.
+func (r *Root) OpenStat(rel string) (*os.File, fs.FileInfo, error) {
+	clean, err := Clean(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, err := r.acquire()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.release()
+	fd, err := r.openBeneath(root, clean, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi := &fileInfo{name: path.Base(clean)}
+	st := &fi.st
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return nil, nil, mapErrno("fstat", clean, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, nil, newError(CodeInvalidArgument, clean, "not a regular file", nil)
+	}
+	// O_NONBLOCK only kept the open from blocking on a fifo swapped in for the file; a regular
+	// file's reads never block, and with the flag set os.File would try to add it to the poller.
+	// F_SETFL with 0 clears it (the open set none of the other flags F_SETFL changes).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
+		unix.Close(fd)
+		return nil, nil, mapErrno("fcntl", clean, err)
+	}
+	return os.NewFile(uintptr(fd), clean), fi, nil
 }
 
 // ReadDir lists the directory rel in lexical order. Entries carry their

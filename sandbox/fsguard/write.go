@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -160,10 +161,17 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 		src = &limitedReader{r: src, left: opts.MaxBytes, clean: clean}
 	}
 	var dst io.Writer = &Writeback{F: f}
+	var direct *DirectWriter
 	var holes *holeWriter
-	if opts.Sparse {
+	switch {
+	case opts.Sparse:
 		holes = newHoleWriter(f)
 		dst = holes
+	case !opts.NoSync:
+		// A write that is synced on its own (a put, not a restore's many files synced at once)
+		// goes to the disk directly past its first MiBs.
+		direct = &DirectWriter{F: f, After: directAfter}
+		dst = direct
 	}
 	h := opts.Hash
 	if h == nil {
@@ -172,6 +180,9 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	buf := opts.bufs.get()
 	res, err := copyHashed(ctx, dst, src, h, *buf)
 	opts.bufs.put(buf)
+	if direct != nil {
+		err = errors.Join(err, direct.Finish())
+	}
 	if err == nil && holes != nil {
 		err = holes.finish()
 	}

@@ -275,12 +275,18 @@ func (c *capturer) file(d *fsguard.Root, name, p string, listed *unix.Stat_t) er
 			return nil
 		}
 	}
-	f, err := d.Open(name)
+	// The clock is read before the stat, so that the age of the last change is never overstated.
+	start := time.Now()
+	f, fi, err := d.OpenStat(name)
 	if err != nil {
 		return c.vanished(p, err)
 	}
 	defer f.Close()
-	return c.copyFile(p, f, &fileID{ino: listed.Ino, dev: listed.Dev})
+	rd, err := stableread.BeginStat(f, p, fi, start)
+	if err != nil {
+		return err
+	}
+	return c.copyFile(p, f, rd, &fileID{ino: listed.Ino, dev: listed.Dev})
 }
 
 // fileID identifies an inode.
@@ -293,11 +299,7 @@ type fileID struct{ ino, dev uint64 }
 // last second or held open by a writer, a second read that differs). The
 // entry's bytes are in the archive by then: a failed check fails the
 // whole capture, so nothing that holds them is ever published.
-func (c *capturer) copyFile(p string, f *os.File, listed *fileID) error {
-	rd, err := stableread.Begin(f, p)
-	if err != nil {
-		return err
-	}
+func (c *capturer) copyFile(p string, f *os.File, rd *stableread.Read, listed *fileID) error {
 	before := rd.Stamp()
 	if before.Mode&unix.S_IFMT != unix.S_IFREG || (listed != nil && (before.Ino != listed.ino || before.Dev != listed.dev)) {
 		return newError(CodeChangedDuringCapture, p, "file replaced while it was archived", nil)

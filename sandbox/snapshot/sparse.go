@@ -410,11 +410,14 @@ var zeros [sparseBlock]byte
 
 // sparseRegions is dataRegions for a file being read through rd.
 func sparseRegions(f *os.File, rd *stableread.Read) []region {
-	st, ok := rd.Info().Sys().(*syscall.Stat_t)
-	if !ok {
-		return nil
+	// os.File.Stat carries a *syscall.Stat_t, the guard's OpenStat a *unix.Stat_t.
+	switch st := rd.Info().Sys().(type) {
+	case *syscall.Stat_t:
+		return dataRegions(f, st.Size, st.Blocks)
+	case *unix.Stat_t:
+		return dataRegions(f, st.Size, st.Blocks)
 	}
-	return dataRegions(f, st.Size, st.Blocks)
+	return nil
 }
 
 // hashSparse reads the sparse entry e's bytes from r to their end and returns their

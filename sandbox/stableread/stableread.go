@@ -125,6 +125,13 @@ func beginAt(f *os.File, path string, start time.Time) (*Read, error) {
 	if err != nil {
 		return nil, err
 	}
+	return BeginStat(f, path, fi, start)
+}
+
+// BeginStat is Begin for a file the caller has just stat'ed through its descriptor (fi), with
+// start read from the clock before that stat: a capture has the stat from opening the file, and
+// saves one syscall per file.
+func BeginStat(f *os.File, path string, fi fs.FileInfo, start time.Time) (*Read, error) {
 	st, ok := StampOf(fi)
 	if !ok {
 		return nil, fmt.Errorf("stat %s: no stat record", path)
