@@ -249,7 +249,7 @@ func fileOps() []openapi.Op {
 		{Pattern: "PUT " + files, ID: "writeFile", Tag: "files", PathParams: params, Summary: "Write a file (atomically)",
 			Query: []openapi.Param{boolQuery("replace", "replace an existing file"), strQuery("if_sha256", "write only if the file now has this SHA-256"),
 				strQuery("mode", "octal permission bits (0644)")},
-			Headers: []openapi.Param{epochHeader, {Name: HeaderSHA256, Description: "the content's expected SHA-256"}},
+			Headers: []openapi.Param{epochHeader, {Name: HeaderSHA256, Description: "the content's expected SHA-256, checked before the file is published; a client that hashes as it sends declares it in the Trailer header instead and sends it as a trailer after a chunked body"}},
 			Body:    &openapi.Body{Media: "application/octet-stream", Required: true}, Responses: []openapi.Response{created[protocol.FsWriteResult]()}},
 		{Pattern: "DELETE " + files, ID: "removeFile", Tag: "files", PathParams: params, Summary: "Remove a file or (recursive=true) a directory",
 			Query: []openapi.Param{boolQuery("recursive", "remove a directory and everything in it")}, Headers: []openapi.Param{epochHeader},

@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +19,8 @@ import (
 // Headers of the files API.
 const (
 	// HeaderSHA256 is the SHA-256 of a whole-file read (an HTTP trailer, since it is known only
-	// at the end) and, on a PUT, the content's expected SHA-256.
+	// at the end) and, on a PUT, the content's expected SHA-256: a header, or a trailer from a
+	// client that hashes as it sends.
 	HeaderSHA256 = "X-Tether-Sha256"
 	// HeaderSize is the file's full size, sent before a streamed whole-file body.
 	HeaderSize = "X-Tether-Size"
@@ -198,8 +202,29 @@ func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.CodeTooLarge, "%d bytes exceed the file size limit of %d", r.ContentLength, s.cfg.MaxFileSize))
 		return
 	}
+	var claim func() (string, error)
+	if _, trailer := r.Trailer[HeaderSHA256]; trailer {
+		// The client hashed as it sent (no second read of its file): the digest follows the
+		// bytes, and the runner checks it before publishing.
+		if args.SHA256 != "" {
+			writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "%s comes as a header or as a trailer, not both", HeaderSHA256))
+			return
+		}
+		if !slices.Contains(c.Hello.Capabilities, protocol.CapWriteSHA256Trailer) {
+			writeError(w, protocol.Errorf(protocol.CodeUnsupported, "this workspace's runner cannot check a digest sent after the bytes; send %s as a header", HeaderSHA256))
+			return
+		}
+		args.SHA256Trailer = true
+		claim = func() (string, error) { // r.Body was read to its end: the trailer is in
+			sum := strings.ToLower(r.Trailer.Get(HeaderSHA256))
+			if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
+				return "", protocol.Errorf(protocol.CodeInvalidArgument, "trailer %s %q: want the content's SHA-256 in hex", HeaderSHA256, sum)
+			}
+			return sum, nil
+		}
+	}
 	var res protocol.FsWriteResult
-	if err := c.CallWithBody(r.Context(), protocol.OpFsWrite, epoch, args, r.Body, &res); err != nil {
+	if err := c.CallWithBodyClaim(r.Context(), protocol.OpFsWrite, epoch, args, r.Body, claim, &res); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -102,6 +102,11 @@ type FsWriteArgs struct {
 	// SHA256, when set, is what the sender says the content hashes to; a mismatch publishes nothing.
 	SHA256   string `json:"sha256,omitempty"`
 	MaxBytes int64  `json:"max_bytes,omitempty"`
+	// SHA256Trailer says the sender's SHA-256 comes in the body's terminator (BodySum.SHA256)
+	// instead: a client that hashes as it sends, rather than reading its file twice. The runner
+	// checks it like SHA256 before publishing, and a body that ends without one publishes
+	// nothing. Only for a runner that advertises CapWriteSHA256Trailer.
+	SHA256Trailer bool `json:"sha256_trailer,omitempty"`
 }
 
 // FsWriteResult is what was written and published.

@@ -134,7 +134,7 @@ func Mutating(op string) bool {
 }
 
 // RunnerCapabilities are the capabilities this build of the runner advertises: every
-// controller→runner operation, in the order of the list.
+// controller→runner operation, in the order of the list, then its features.
 func RunnerCapabilities() []string {
 	var caps []string
 	for _, s := range ops {
@@ -142,8 +142,12 @@ func RunnerCapabilities() []string {
 			caps = append(caps, s.Name)
 		}
 	}
-	return caps
+	return append(caps, CapWriteSHA256Trailer)
 }
+
+// CapWriteSHA256Trailer is advertised by a runner that checks FsWriteArgs.SHA256Trailer; one
+// that does not would publish such a write unchecked, so the controller asks no other for it.
+const CapWriteSHA256Trailer = "fs_write.sha256_trailer"
 
 // ExecArgs are the arguments of OpExec.
 type ExecArgs struct {

@@ -208,16 +208,27 @@ func (r *Runner) fsWrite(ctx context.Context, st *yamux.Stream, args protocol.Fs
 	if mode&^0o777 != 0 {
 		return protocol.FsWriteResult{}, protocol.Errorf(protocol.CodeInvalidArgument, "mode %o: only permission bits (0777) can be set", args.Mode)
 	}
+	if args.SHA256Trailer && args.SHA256 != "" {
+		return protocol.FsWriteResult{}, protocol.Errorf(protocol.CodeInvalidArgument, "a write's SHA-256 comes either with its arguments or after its body, not both")
+	}
 	var out protocol.FsWriteResult
 	err := r.onRootPath(args.Path, func(root *fsguard.Root, clean string) error {
+		body := protocol.NewBodyReader(st)
 		opts := fsguard.WriteOptions{Replace: args.Replace, IfSHA256: strings.ToLower(args.IfSHA256), MaxBytes: args.MaxBytes,
+			// Called once the body was read to its end, so its terminator is in.
 			Verify: func(res fsguard.WriteResult) error {
-				if args.SHA256 != "" && !strings.EqualFold(args.SHA256, res.SHA256) {
-					return protocol.Errorf(protocol.CodeFailed, "content hashes to %s, the sender said %s", res.SHA256, args.SHA256)
+				want := args.SHA256
+				if args.SHA256Trailer {
+					if want = body.Result.SHA256; want == "" {
+						return protocol.Errorf(protocol.CodeInvalidArgument, "the body ended without the SHA-256 it was to carry")
+					}
+				}
+				if want != "" && !strings.EqualFold(want, res.SHA256) {
+					return protocol.Errorf(protocol.CodeFailed, "content hashes to %s, the sender said %s", res.SHA256, want)
 				}
 				return nil
 			}}
-		res, err := root.WriteFile(ctx, clean, protocol.NewBodyReader(st), mode, opts)
+		res, err := root.WriteFile(ctx, clean, body, mode, opts)
 		if err != nil {
 			return err
 		}

@@ -409,6 +409,9 @@ func newFilesPutCmd(c *cli) *cobra.Command {
 // only be sent as they come, protected by the transfer's own count and digest.
 func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, *os.File, func(), error) {
 	if local == "-" {
+		// A stream cannot be read twice: it is hashed as it is sent, and the runner checks the
+		// digest that follows it before publishing.
+		o.HashAsSent = true
 		return c.stdin, nil, func() {}, nil
 	}
 	f, err := os.Open(local)

@@ -3,9 +3,12 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"net/url"
@@ -97,6 +100,9 @@ type request struct {
 	body          io.Reader   // nil for none
 	contentLength int64       // the body's length when known (> 0)
 	contentType   string      // the body's; "" sets no Content-Type
+	// sha256Trailer sends the body's SHA-256, computed as it is sent, as the trailer
+	// X-Tether-Sha256 (the body then goes chunked, without a Content-Length).
+	sha256Trailer bool
 	// idempotent marks a POST that the controller may perform twice with the same effect as
 	// once, so a client that cannot tell whether the first one arrived may send it again. GET,
 	// HEAD, PUT and DELETE are idempotent by definition and need no mark.
@@ -115,9 +121,21 @@ func (r request) mayRepeat() bool {
 // newRequest makes r an HTTP request that carries the client's credentials (and epoch), with
 // body as its body.
 func (c *Client) newRequest(ctx context.Context, r request, body io.Reader) (*http.Request, error) {
+	var hashed *trailerHash
+	if r.sha256Trailer && body != nil {
+		hashed = &trailerHash{r: body, h: sha256.New()}
+		body = hashed
+	}
 	req, err := http.NewRequestWithContext(ctx, r.method, c.url(r.path, r.query), body)
 	if err != nil {
 		return nil, err
+	}
+	if hashed != nil {
+		// Each attempt hashes its own copy of the body; the transport sends the trailer once
+		// the body has returned EOF, which is when the digest is set.
+		req.Trailer = http.Header{headerSHA256: nil}
+		hashed.done = func(sum string) { req.Trailer.Set(headerSHA256, sum) }
+		r.contentLength = 0 // a trailer needs a chunked body
 	}
 	for k, v := range r.header {
 		req.Header[k] = v
@@ -330,4 +348,21 @@ func (c *Client) UpdateWorkspace(ctx context.Context, id string, req api.UpdateW
 func (c *Client) ForkWorkspace(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
 	var res api.ForkResult
 	return res, c.sendJSON(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(id)+"/fork", req, &res)
+}
+
+// trailerHash hashes what is read through it and hands over the digest at EOF.
+type trailerHash struct {
+	r    io.Reader
+	h    hash.Hash
+	done func(sum string)
+}
+
+func (t *trailerHash) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	t.h.Write(p[:n])
+	if err == io.EOF && t.done != nil {
+		t.done(hex.EncodeToString(t.h.Sum(nil)))
+		t.done = nil
+	}
+	return n, err
 }

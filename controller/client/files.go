@@ -154,8 +154,12 @@ type WriteOptions struct {
 	IfSHA256 string // replace only this current content
 	Mode     uint32 // 0: 0644
 	SHA256   string // the content's SHA-256, checked by the runner before publishing
-	Size     int64  // when known (> 0), sent as Content-Length
-	Progress func(n int64)
+	// HashAsSent hashes the content as it is sent and sends the digest after it (an HTTP
+	// trailer), checked by the runner before publishing like SHA256: end-to-end checking without
+	// reading the source twice. Ignored when SHA256 is set.
+	HashAsSent bool
+	Size       int64 // when known (> 0), sent as Content-Length
+	Progress   func(n int64)
 }
 
 // WriteFile streams r into the file p, published atomically by the runner.
@@ -176,8 +180,11 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	}
 	req := request{method: http.MethodPut, path: filesPath(id, p), query: q,
 		body: r, contentLength: o.Size, contentType: "application/octet-stream"}
-	if o.SHA256 != "" {
+	switch {
+	case o.SHA256 != "":
 		req.header = http.Header{headerSHA256: {o.SHA256}}
+	case o.HashAsSent:
+		req.sha256Trailer = true
 	}
 	return res, c.do(ctx, req, &res)
 }

@@ -60,6 +60,13 @@ func DecodeResult(tr protocol.Trailer, out any) error {
 // may answer before the body is complete (it refused the operation); then sending stops at once
 // instead of pushing the rest of a large upload at a peer that no longer reads.
 func (c *Conn) CallWithBody(ctx context.Context, op string, epoch uint64, args any, src io.Reader, out any) error {
+	return c.CallWithBodyClaim(ctx, op, epoch, args, src, nil, out)
+}
+
+// CallWithBodyClaim is CallWithBody whose body ends with claim's answer as the sender's
+// SHA-256 (BodySum.SHA256), asked once src is read to its end: a client's digest that arrives
+// after its bytes (an HTTP trailer). An error from claim aborts the body instead.
+func (c *Conn) CallWithBodyClaim(ctx context.Context, op string, epoch uint64, args any, src io.Reader, claim func() (string, error), out any) error {
 	st, err := c.Open(op, "", epoch, args)
 	if err != nil {
 		return err
@@ -81,8 +88,12 @@ func (c *Conn) CallWithBody(ctx context.Context, op string, epoch uint64, args a
 	go func() {
 		body := protocol.NewBodyWriter(st)
 		_, err := io.Copy(body, src)
+		var sum string
+		if err == nil && claim != nil {
+			sum, err = claim()
+		}
 		if err == nil {
-			_, err = body.Finish()
+			_, err = body.FinishClaiming(sum)
 		}
 		if err != nil {
 			// The body ends as failed, with the reason when it is ours (the source failed a
