@@ -241,23 +241,113 @@ func (s *scanner) readManifest(h *tar.Header, tr io.Reader) error {
 		return newError(CodeTooLarge, ManifestName, fmt.Sprintf("manifest is %d bytes, more than %d", h.Size, limit), nil)
 	}
 	rec := &errRecorder{r: tr}
-	js, err := io.ReadAll(io.LimitReader(rec, h.Size))
-	if err != nil {
-		return s.streamErr(err)
+	sum := sha256.New()
+	counted := &tarstream.CountingReader{R: io.TeeReader(io.LimitReader(rec, h.Size), sum)}
+	m, err := decodeManifest(counted)
+	if err == nil {
+		// What the decoder left (trailing whitespace) is hashed and counted too.
+		_, err = io.Copy(io.Discard, counted)
 	}
-	if int64(len(js)) != h.Size {
-		return corrupt(ManifestName, "manifest is truncated", nil)
-	}
-	m := &Manifest{}
-	if err := json.Unmarshal(js, m); err != nil {
+	switch {
+	case rec.err != nil:
+		return s.streamErr(rec.err)
+	case err != nil:
 		return corrupt(ManifestName, "manifest is not valid JSON", err)
+	case counted.N != h.Size:
+		return corrupt(ManifestName, "manifest is truncated", nil)
 	}
 	if m.Version != FormatVersion {
 		return newError(CodeUnsupported, ManifestName, fmt.Sprintf("manifest version %d (this build reads %d)", m.Version, FormatVersion), nil)
 	}
-	sum := sha256.Sum256(js)
-	m.SHA256, m.JSONSize = hex.EncodeToString(sum[:]), int64(len(js))
+	m.SHA256, m.JSONSize = hex.EncodeToString(sum.Sum(nil)), h.Size
 	s.m = m
+	return nil
+}
+
+// decodeManifest decodes a manifest as a stream: its entries one at a time, everything else
+// (small) gathered and unmarshalled as json.Unmarshal would. Reading the JSON whole first held
+// it (about 450 bytes per entry, 14 MiB for 31,000 files) beside the entries decoded from it
+// at a restore's peak. Whatever is not one JSON object, with nothing but space after it, is an
+// error.
+func decodeManifest(r io.Reader) (*Manifest, error) {
+	dec := json.NewDecoder(r)
+	if err := wantDelim(dec, '{'); err != nil {
+		return nil, err
+	}
+	m := &Manifest{}
+	rest := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		// json.Unmarshal matches keys without regard to case; a later one wins.
+		if !strings.EqualFold(key, "entries") {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, err
+			}
+			rest[key] = v
+			continue
+		}
+		for k := range rest {
+			if strings.EqualFold(k, "entries") {
+				delete(rest, k)
+			}
+		}
+		if m.Entries, err = decodeEntries(dec); err != nil {
+			return nil, err
+		}
+	}
+	if err := wantDelim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the manifest object")
+	}
+	entries := m.Entries
+	raw, err := json.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, m); err != nil {
+		return nil, err
+	}
+	m.Entries = entries
+	return m, nil
+}
+
+// decodeEntries decodes the entries array (or null) one entry at a time.
+func decodeEntries(dec *json.Decoder) ([]Entry, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, nil
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("entries: want an array, got %v", t)
+	}
+	var out []Entry
+	for dec.More() {
+		out = append(out, Entry{})
+		if err := dec.Decode(&out[len(out)-1]); err != nil {
+			return nil, err
+		}
+	}
+	return out, wantDelim(dec, ']')
+}
+
+func wantDelim(dec *json.Decoder, want json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %v, got %v", want, t)
+	}
 	return nil
 }
 
