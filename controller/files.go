@@ -202,33 +202,64 @@ func (s *Server) handleFilesPut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.Errorf(protocol.CodeTooLarge, "%d bytes exceed the file size limit of %d", r.ContentLength, s.cfg.MaxFileSize))
 		return
 	}
-	var claim func() (string, error)
-	if _, trailer := r.Trailer[HeaderSHA256]; trailer {
-		// The client hashed as it sent (no second read of its file): the digest follows the
-		// bytes, and the runner checks it before publishing.
-		if args.SHA256 != "" {
-			writeError(w, protocol.Errorf(protocol.CodeInvalidArgument, "%s comes as a header or as a trailer, not both", HeaderSHA256))
-			return
-		}
-		if !slices.Contains(c.Hello.Capabilities, protocol.CapWriteSHA256Trailer) {
-			writeError(w, protocol.Errorf(protocol.CodeUnsupported, "this workspace's runner cannot check a digest sent after the bytes; send %s as a header", HeaderSHA256))
-			return
-		}
-		args.SHA256Trailer = true
-		claim = func() (string, error) { // r.Body was read to its end: the trailer is in
-			sum := strings.ToLower(r.Trailer.Get(HeaderSHA256))
-			if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
-				return "", protocol.Errorf(protocol.CodeInvalidArgument, "trailer %s %q: want the content's SHA-256 in hex", HeaderSHA256, sum)
-			}
-			return sum, nil
-		}
+	src, claim, err := trailingDigest(r, c, &args)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	var res protocol.FsWriteResult
-	if err := c.CallWithBodyClaim(r.Context(), protocol.OpFsWrite, epoch, args, r.Body, claim, &res); err != nil {
+	if err := c.CallWithBodyClaim(r.Context(), protocol.OpFsWrite, epoch, args, src, claim, &res); err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, res)
+}
+
+// trailingDigest sets up a put whose SHA-256 follows its bytes, as the trailer X-Tether-Sha256
+// of a chunked body (a client that hashes as it sends): it returns the body to relay and the
+// claim that ends it. A runner that advertises the capability checks the digest itself before
+// publishing (one hash on its side, as for a header); for one that does not, the controller
+// hashes what it relays and aborts the body on a mismatch, so the runner publishes nothing
+// either way. A put without the trailer gets r.Body and no claim.
+func trailingDigest(r *http.Request, c *hub.Conn, args *protocol.FsWriteArgs) (io.Reader, func() (string, error), error) {
+	// Go's server moves a chunked body's Trailer header into r.Trailer; on a body with a
+	// Content-Length it leaves the header and reads no trailers, so such a put would be
+	// published with its declared digest never looked at.
+	if _, ok := r.Trailer[HeaderSHA256]; !ok {
+		for _, v := range r.Header.Values("Trailer") {
+			for _, name := range strings.Split(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(name), HeaderSHA256) {
+					return nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "a trailing %s needs a chunked body (no Content-Length)", HeaderSHA256)
+				}
+			}
+		}
+		return r.Body, nil, nil
+	}
+	if args.SHA256 != "" {
+		return nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s comes as a header or as a trailer, not both", HeaderSHA256)
+	}
+	sent := func() (string, error) { // r.Body was read to its end: the trailer is in
+		sum := strings.ToLower(r.Trailer.Get(HeaderSHA256))
+		if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
+			return "", protocol.Errorf(protocol.CodeInvalidArgument, "trailer %s %q: want the content's SHA-256 in hex", HeaderSHA256, sum)
+		}
+		return sum, nil
+	}
+	if slices.Contains(c.Hello.Capabilities, protocol.CapWriteSHA256Trailer) {
+		args.SHA256Trailer = true
+		return r.Body, sent, nil
+	}
+	h := sha256.New()
+	return io.TeeReader(r.Body, h), func() (string, error) {
+		want, err := sent()
+		if err != nil {
+			return "", err
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			return "", protocol.Errorf(protocol.CodeFailed, "content hashes to %s, the sender said %s", got, want)
+		}
+		return "", nil // checked here: the runner is told no digest
+	}, nil
 }
 
 func (s *Server) handleFilesDelete(w http.ResponseWriter, r *http.Request) {

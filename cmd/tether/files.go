@@ -428,6 +428,7 @@ func (c *cli) openUpload(local string, o *client.WriteOptions) (io.Reader, *os.F
 		return nil, nil, nil, protocol.Errorf(protocol.CodeInvalidArgument, "%s is a directory; put sends one file: copy directories with `tether cp %s WORKSPACE:PATH`", local, local)
 	}
 	if !fi.Mode().IsRegular() {
+		o.HashAsSent = true // a fifo or a device is read once, like stdin
 		return f, nil, func() { f.Close() }, nil
 	}
 	h := sha256.New()

@@ -75,7 +75,7 @@ func (s *dirStore) Put(ctx context.Context, key string, r io.Reader, want string
 	src := newSource(ctx, r)
 	// Written with O_DIRECT where the filesystem takes it (fsguard.DirectWriter), else written
 	// back as it streams, so the fsync below has little left either way.
-	w := &fsguard.DirectWriter{F: f}
+	w := &fsguard.DirectWriter{F: f, After: fsguard.DirectAfter}
 	_, cerr := io.Copy(w, src)
 	cerr = errors.Join(cerr, w.Finish())
 	if err := src.failure(key); err != nil {

@@ -103,6 +103,7 @@ type request struct {
 	// sha256Trailer sends the body's SHA-256, computed as it is sent, as the trailer
 	// X-Tether-Sha256 (the body then goes chunked, without a Content-Length).
 	sha256Trailer bool
+	sentSHA256    *string // set to that digest once the body was sent whole
 	// idempotent marks a POST that the controller may perform twice with the same effect as
 	// once, so a client that cannot tell whether the first one arrived may send it again. GET,
 	// HEAD, PUT and DELETE are idempotent by definition and need no mark.
@@ -134,7 +135,12 @@ func (c *Client) newRequest(ctx context.Context, r request, body io.Reader) (*ht
 		// Each attempt hashes its own copy of the body; the transport sends the trailer once
 		// the body has returned EOF, which is when the digest is set.
 		req.Trailer = http.Header{headerSHA256: nil}
-		hashed.done = func(sum string) { req.Trailer.Set(headerSHA256, sum) }
+		hashed.done = func(sum string) {
+			req.Trailer.Set(headerSHA256, sum)
+			if r.sentSHA256 != nil {
+				*r.sentSHA256 = sum
+			}
+		}
 		r.contentLength = 0 // a trailer needs a chunked body
 	}
 	for k, v := range r.header {

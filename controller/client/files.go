@@ -180,13 +180,21 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	}
 	req := request{method: http.MethodPut, path: filesPath(id, p), query: q,
 		body: r, contentLength: o.Size, contentType: "application/octet-stream"}
+	var sent string
 	switch {
 	case o.SHA256 != "":
 		req.header = http.Header{headerSHA256: {o.SHA256}}
 	case o.HashAsSent:
-		req.sha256Trailer = true
+		req.sha256Trailer, req.sentSHA256 = true, &sent
 	}
-	return res, c.do(ctx, req, &res)
+	if err := c.do(ctx, req, &res); err != nil {
+		return res, err
+	}
+	if o.HashAsSent && o.SHA256 == "" && res.SHA256 != sent {
+		// End to end: whatever path the bytes took, what was published is what was sent.
+		return res, protocol.Errorf(protocol.CodeFailed, "%s was published with sha256 %s, the bytes sent hash to %q", p, res.SHA256, sent)
+	}
+	return res, nil
 }
 
 // Mkdir creates a directory (with parents: also missing parents, and no error if it exists).

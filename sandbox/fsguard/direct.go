@@ -41,11 +41,15 @@ type DirectWriter struct {
 	errc     chan error    // the routine's first write error
 	ended    chan struct{} // closed when the routine returns
 	failed   error
+	finished bool
 }
 
 func (w *DirectWriter) Write(p []byte) (int, error) {
 	if w.failed != nil {
 		return 0, w.failed
+	}
+	if w.finished {
+		return 0, errors.New("direct writer: write after Finish")
 	}
 	written := 0
 	if !w.direct {
@@ -58,6 +62,7 @@ func (w *DirectWriter) Write(p []byte) (int, error) {
 		}
 		written, p = n, p[n:]
 		if err := w.turnDirect(); err != nil {
+			w.failed = err
 			return written, err
 		}
 		if !w.direct {
@@ -105,20 +110,16 @@ func (w *DirectWriter) turnDirect() error {
 	if w.off%directAlign != 0 {
 		return fmt.Errorf("direct write from offset %d: not a multiple of %d", w.off, directAlign)
 	}
-	flags, err := unix.FcntlInt(w.F.Fd(), unix.F_GETFL, 0)
-	if err != nil {
-		return fmt.Errorf("read file flags: %w", err)
-	}
-	if _, err := unix.FcntlInt(w.F.Fd(), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
+	if err := setDirect(w.F, true); err != nil {
 		if errors.Is(err, unix.EINVAL) {
 			w.refused = true
 			return nil
 		}
-		return fmt.Errorf("turn on O_DIRECT: %w", err)
+		return err
 	}
 	mem, err := unix.Mmap(-1, 0, 2*directChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		_, _ = unix.FcntlInt(w.F.Fd(), unix.F_SETFL, flags)
+		_ = setDirect(w.F, false)
 		return fmt.Errorf("map write buffers: %w", err)
 	}
 	w.direct, w.mem, w.cur = true, mem, mem[:directChunk:directChunk]
@@ -127,10 +128,19 @@ func (w *DirectWriter) turnDirect() error {
 	w.free <- mem[directChunk:]
 	go func() {
 		defer close(w.ended)
-		var failed bool
+		var failed, buffered bool
 		for chunk := range w.full {
 			if !failed {
-				if _, err := w.F.Write(chunk); err != nil {
+				n, err := w.F.Write(chunk)
+				if errors.Is(err, unix.EINVAL) && n == 0 && !buffered {
+					// The flag was taken but the write refused (a device whose blocks are
+					// larger than 4 KiB, some FUSE filesystems): the rest goes buffered.
+					buffered = true
+					if err = setDirect(w.F, false); err == nil {
+						_, err = w.F.Write(chunk)
+					}
+				}
+				if err != nil {
 					failed = true
 					w.errc <- err
 				}
@@ -193,8 +203,12 @@ func (w *DirectWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // Finish writes what the writer holds, waits for its routine and frees its chunks. The caller
-// still fsyncs.
+// still fsyncs. A second Finish does nothing more.
 func (w *DirectWriter) Finish() (err error) {
+	if w.finished {
+		return w.failed
+	}
+	w.finished = true
 	if !w.direct {
 		return w.failed
 	}
@@ -214,27 +228,36 @@ func (w *DirectWriter) Finish() (err error) {
 	if w.failed != nil {
 		return w.failed
 	}
-	aligned := w.n &^ (directAlign - 1)
-	if aligned > 0 {
-		if _, err := w.F.Write(w.cur[:aligned]); err != nil {
+	// O_DIRECT takes only whole blocks, whose size this writer does not know: the last chunk,
+	// at most 1 MiB, goes through the page cache, and so does anything written to F later.
+	if err := setDirect(w.F, false); err != nil {
+		return err
+	}
+	if w.n > 0 {
+		if _, err := w.F.Write(w.cur[:w.n]); err != nil {
 			return err
 		}
 	}
-	// O_DIRECT takes only whole blocks: the tail is written through the page cache, and so is
-	// anything written to F after Finish.
-	flags, err := unix.FcntlInt(w.F.Fd(), unix.F_GETFL, 0)
+	return nil
+}
+
+// setDirect turns O_DIRECT on or off for f.
+func setDirect(f *os.File, on bool) error {
+	flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
 	if err != nil {
 		return fmt.Errorf("read file flags: %w", err)
 	}
-	if _, err := unix.FcntlInt(w.F.Fd(), unix.F_SETFL, flags&^unix.O_DIRECT); err != nil {
-		return fmt.Errorf("turn off O_DIRECT: %w", err)
+	if on {
+		flags |= unix.O_DIRECT
+	} else {
+		flags &^= unix.O_DIRECT
 	}
-	if aligned < w.n {
-		_, err = w.F.Write(w.cur[aligned:w.n])
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_SETFL, flags); err != nil {
+		return fmt.Errorf("set O_DIRECT %v: %w", on, err)
 	}
-	return err
+	return nil
 }
 
-// directAfter is where WriteFile turns to O_DIRECT: most files end before it and never pay for
-// the switch.
-const directAfter = 8 << 20
+// DirectAfter is where WriteFile (and the blob store) turn to O_DIRECT: most files end before
+// it and never pay for the switch (a mapping, a routine, the fcntls).
+const DirectAfter = 8 << 20

@@ -2,11 +2,13 @@ package fsguard
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/iotest"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,9 +33,9 @@ func TestDirectWriterBytes(t *testing.T) {
 	sizes := []int{0, 1, directAlign - 1, directAlign, directAlign + 1, directChunk - 1, directChunk,
 		directChunk + 1, 2*directChunk + directAlign, len(src)}
 	for kind, dir := range dirs {
-		for _, after := range []int64{0, 2 * directAlign, -1} {
+		for _, after := range []int64{0, 2 * directAlign, directChunk, -1} {
 			for _, size := range sizes {
-				for _, via := range []string{"write", "copy"} {
+				for _, via := range []string{"write", "copy", "readfrom", "half", "onebyte", "dataerr"} {
 					name := filepath.Join(dir, "f")
 					f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 					if err != nil {
@@ -51,7 +53,7 @@ func TestDirectWriterBytes(t *testing.T) {
 								t.Fatal(err)
 							}
 						}
-					} else if _, err := io.Copy(w, bytes.NewReader(src[:size])); err != nil {
+					} else if _, err := io.Copy(w, sourceVia(via, src[:size])); err != nil {
 						t.Fatal(err)
 					}
 					if err := w.Finish(); err != nil {
@@ -115,3 +117,48 @@ func TestDirectWriterFailure(t *testing.T) {
 }
 
 func dup3(oldfd, newfd int) error { return unix.Dup3(oldfd, newfd, unix.O_CLOEXEC) }
+
+// sourceVia reads src the way via names: io.Copy of a bytes.Reader uses its WriteTo (so only
+// Write); the others hide WriteTo, so io.Copy calls the writer's ReadFrom, with reads of every
+// size a network source gives.
+func sourceVia(via string, src []byte) io.Reader {
+	r := struct{ io.Reader }{bytes.NewReader(src)}
+	switch via {
+	case "half":
+		return iotest.HalfReader(r)
+	case "onebyte":
+		if len(src) > 3*directAlign {
+			return iotest.HalfReader(r) // one byte at a time would take too long
+		}
+		return iotest.OneByteReader(r)
+	case "dataerr":
+		return iotest.DataErrReader(r)
+	case "readfrom":
+		return r
+	}
+	return bytes.NewReader(src)
+}
+
+// A reader that fails mid-way fails the copy; Finish still ends the routine, more than once.
+func TestDirectWriterSourceFails(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := &DirectWriter{F: f}
+	boom := errors.New("source failed")
+	src := io.MultiReader(struct{ io.Reader }{bytes.NewReader(make([]byte, 3*directChunk+5))}, iotest.ErrReader(boom))
+	if _, err := io.Copy(w, src); !errors.Is(err, boom) {
+		t.Fatalf("copy from a failing source: %v, want %v", err, boom)
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatalf("finish after a failed source: %v", err)
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatalf("a second finish: %v", err)
+	}
+	if _, err := w.Write([]byte("late")); err == nil {
+		t.Fatal("a write after Finish was taken")
+	}
+}

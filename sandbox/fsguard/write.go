@@ -170,7 +170,7 @@ func writeAt(ctx context.Context, pfd int, name, clean string, src io.Reader, mo
 	case !opts.NoSync:
 		// A write that is synced on its own (a put, not a restore's many files synced at once)
 		// goes to the disk directly past its first MiBs.
-		direct = &DirectWriter{F: f, After: directAfter}
+		direct = &DirectWriter{F: f, After: DirectAfter}
 		dst = direct
 	}
 	h := opts.Hash
