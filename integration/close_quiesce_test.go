@@ -17,24 +17,31 @@ import (
 // listens on $PORT; on SIGTERM it writes "stopped N" (N its last counter) and exits.
 const quiesceWriter = `
 import os, signal, socket, sys, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(os.environ["PORT"])))
-s.listen()
 f = open("svc.log", "a")
-n = 0
+stopping = False
+def stop(*_):
+    # Only a flag: writing from the handler could run inside line()'s own write (a reentrant
+    # buffered write fails) or between "n += 1" and its line; the loop writes the last line.
+    global stopping
+    stopping = True
+signal.signal(signal.SIGTERM, stop)
 def line(text):
     f.write(text + "\n")
     f.flush()
     os.fsync(f.fileno())
-def stop(*_):
-    line("stopped %d" % n)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, stop)
-while True:
-    n += 1
-    line(str(n))
+n = 1
+line(str(n))
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(os.environ["PORT"])))
+s.listen() # ready (tcp) only once a counter line is in
+while not stopping:
     time.sleep(0.003)
+    if not stopping:
+        n += 1
+        line(str(n))
+line("stopped %d" % n)
+sys.exit(0)
 `
 
 // promises counts what a test checked and what held, for its summary line.
