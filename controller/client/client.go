@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
@@ -103,7 +104,8 @@ type request struct {
 	// sha256Trailer sends the body's SHA-256, computed as it is sent, as the trailer
 	// X-Tether-Sha256 (the body then goes chunked, without a Content-Length).
 	sha256Trailer bool
-	sentSHA256    *string // set to that digest once the body was sent whole
+	// sentSHA256 gets that digest once the body was sent whole, from the transport's routine.
+	sentSHA256 *atomic.Pointer[string]
 	// idempotent marks a POST that the controller may perform twice with the same effect as
 	// once, so a client that cannot tell whether the first one arrived may send it again. GET,
 	// HEAD, PUT and DELETE are idempotent by definition and need no mark.
@@ -138,7 +140,7 @@ func (c *Client) newRequest(ctx context.Context, r request, body io.Reader) (*ht
 		hashed.done = func(sum string) {
 			req.Trailer.Set(headerSHA256, sum)
 			if r.sentSHA256 != nil {
-				*r.sentSHA256 = sum
+				r.sentSHA256.Store(&sum)
 			}
 		}
 		r.contentLength = 0 // a trailer needs a chunked body

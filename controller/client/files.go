@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/protocol"
@@ -180,7 +181,7 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	}
 	req := request{method: http.MethodPut, path: filesPath(id, p), query: q,
 		body: r, contentLength: o.Size, contentType: "application/octet-stream"}
-	var sent string
+	var sent atomic.Pointer[string]
 	switch {
 	case o.SHA256 != "":
 		req.header = http.Header{headerSHA256: {o.SHA256}}
@@ -190,9 +191,11 @@ func (c *Client) WriteFile(ctx context.Context, id, p string, r io.Reader, o Wri
 	if err := c.do(ctx, req, &res); err != nil {
 		return res, err
 	}
-	if o.HashAsSent && o.SHA256 == "" && res.SHA256 != sent {
+	if o.HashAsSent && o.SHA256 == "" {
 		// End to end: whatever path the bytes took, what was published is what was sent.
-		return res, protocol.Errorf(protocol.CodeFailed, "%s was published with sha256 %s, the bytes sent hash to %q", p, res.SHA256, sent)
+		if s := sent.Load(); s == nil || *s != res.SHA256 {
+			return res, protocol.Errorf(protocol.CodeFailed, "%s was published with sha256 %s, not that of the bytes sent", p, res.SHA256)
+		}
 	}
 	return res, nil
 }
