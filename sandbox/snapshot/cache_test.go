@@ -219,11 +219,14 @@ func TestVerifyRefusesBadRefs(t *testing.T) {
 	if _, err := Verify(context.Background(), bytes.NewReader(data), VerifyOptions{AllowRefs: true}); err != nil {
 		t.Fatalf("incremental archive: %v", err)
 	}
-	// A ref that is a directory, or has no SHA-256.
+	// A ref that is a directory, or has no SHA-256; one with a link target, or a time no archive
+	// header keeps (Go's zero time is written as 1970), which a restore could never reproduce.
 	for _, bad := range []func(*Entry){
 		func(e *Entry) { e.Type, e.SHA256, e.Size = TypeDir, "", 0 },
 		func(e *Entry) { e.SHA256 = "zz" },
 		func(e *Entry) { e.Path = "../x" },
+		func(e *Entry) { e.LinkTarget = "/etc/passwd" },
+		func(e *Entry) { e.MTime = time.Time{} },
 	} {
 		data = buildArchive(t, ents[1:], func(m *Manifest) {
 			full := consistentManifest(ents)

@@ -292,10 +292,38 @@ func (m *manifestDecoder) place(e *Entry) error {
 		if _, err := hex.DecodeString(e.SHA256); err != nil || len(e.SHA256) != 64 || e.Type != TypeFile || e.Size < 0 || e.Mode&^0o7777 != 0 {
 			return corrupt(e.Path, "a ref entry that is not a regular file with a size, a mode and a SHA-256", nil)
 		}
+		if err := refSurvivesHeader(e); err != nil {
+			return err
+		}
 	}
 	m.all.add(e)
 	if m.opts.OnManifestEntry != nil {
 		return m.opts.OnManifestEntry(*e)
+	}
+	return nil
+}
+
+// refSurvivesHeader refuses a ref whose metadata a tar header would not carry unchanged. Every
+// other entry was compared with the header it came in; a ref's claim never passed through one,
+// yet a restore writes it as one and checks the result against the manifest: a link target on a
+// file, or a time the header cannot hold (Go's zero time becomes 1970), would publish a receipt
+// no restore reproduces.
+func refSurvivesHeader(e *Entry) error {
+	if e.LinkTarget != "" {
+		return corrupt(e.Path, "a ref entry (a regular file) with a link target", nil)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	err := tw.WriteHeader(&tar.Header{Name: "ref", Typeflag: tar.TypeReg, Mode: int64(e.Mode), ModTime: e.MTime, Format: tar.FormatPAX})
+	if err == nil {
+		err = tw.Close()
+	}
+	var h *tar.Header
+	if err == nil {
+		h, err = tar.NewReader(&buf).Next()
+	}
+	if err != nil || !h.ModTime.Equal(e.MTime) || h.Mode != int64(e.Mode) {
+		return corrupt(e.Path, fmt.Sprintf("a ref entry whose mode or mtime (%s) an archive header does not keep", e.MTime.Format(time.RFC3339Nano)), nil)
 	}
 	return nil
 }
