@@ -241,19 +241,33 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 			release()
 		}
 	}()
-	ws, err := s.createWorkspace(ctx, api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider, Options: req.Options},
-		func(id string) { release = s.busy.hold(id) })
-	if err != nil {
-		return api.RestoreResult{}, err
-	}
-	if ws.State != api.StateReady {
-		return api.RestoreResult{}, protocol.Errorf(protocol.CodeProviderFailed, "workspace %s failed: %s", ws.ID, ws.Reason)
+	var newID string
+	discard := func() {
+		if newID == "" {
+			return
+		}
+		// By id: a name taken by another workspace fails the create before newID is recorded.
+		if derr := s.DeleteWorkspace(context.WithoutCancel(ctx), newID); derr != nil && protocol.CodeOf(derr) != protocol.CodeNotFound {
+			s.log.Error("remove workspace of a failed restore", "workspace", newID, "err", derr)
+		}
 	}
 	fail := func(err error) (api.RestoreResult, error) {
-		if derr := s.DeleteWorkspace(context.WithoutCancel(ctx), ws.ID); derr != nil {
-			s.log.Error("remove workspace of a failed restore", "workspace", ws.ID, "err", derr)
-		}
+		discard()
 		return api.RestoreResult{}, err
+	}
+	// Provisioning is waited for even when the request ends first: the workspace it makes is
+	// removed only once provisioning is over, so no sandbox starts behind the removal and nothing
+	// half-made is left (a workspace of a restore is never handed out unrestored).
+	ws, err := s.createWorkspace(context.WithoutCancel(ctx), api.CreateWorkspaceRequest{Name: req.Name, Provider: req.Provider, Options: req.Options},
+		func(id string) { newID, release = id, s.busy.hold(id) })
+	if err != nil {
+		return fail(err)
+	}
+	if ws.State != api.StateReady {
+		return fail(protocol.Errorf(protocol.CodeProviderFailed, "workspace %s failed: %s", ws.ID, ws.Reason))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
 	}
 	c, err := s.runnerFor(ctx, ws.ID)
 	if err != nil {

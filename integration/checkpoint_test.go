@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -179,6 +180,59 @@ func TestForkProjectWorkspace(t *testing.T) {
 	for _, w := range list {
 		if strings.HasPrefix(w.Name, "bad-") {
 			t.Fatalf("a failed fork left %s (%s)", w.Name, w.State)
+		}
+	}
+}
+
+// A restore whose new workspace fails to provision, or whose request ends while it provisions,
+// leaves no workspace behind: neither the failed record (which held the name and made a retry
+// fail with "exists") nor a ready one nobody restored into (found in review).
+func TestFailedRestoreLeavesNoWorkspace(t *testing.T) {
+	c := startController(t, serveOpts{})
+	c.createWorkspace(t, "--name", "orig")
+	c.mustCLI(t, "exec", "orig", "--", "sh", "-c", "echo kept > a.txt")
+	snap := c.snapshot(t, "orig")
+	cl := c.Client(t)
+	ctx := context.Background()
+
+	// The provider refuses the option when it creates the sandbox: the workspace fails.
+	_, err := cl.RestoreSnapshot(ctx, snap.ID, api.RestoreRequest{Name: "again", Options: map[string]string{"no-such-option": "1"}})
+	if err == nil {
+		t.Fatal("a restore with an option the provider refuses succeeded")
+	}
+	// The request ends before the workspace is ready.
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = cl.RestoreSnapshot(cctx, snap.ID, api.RestoreRequest{Name: "cut"})
+	cancel()
+	if err == nil {
+		t.Skip("the restore finished within 50 ms; the cut-off request was not exercised")
+	}
+	// Once the controller is done with both, only orig is left, and both names can be taken.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		names := map[string]string{}
+		list, err := cl.ListWorkspaces(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range list {
+			names[w.Name] = string(w.State)
+		}
+		if len(names) == 1 && names["orig"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspaces left by failed restores: %v", names)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, name := range []string{"again", "cut"} {
+		res, err := cl.RestoreSnapshot(ctx, snap.ID, api.RestoreRequest{Name: name})
+		if err != nil {
+			t.Fatalf("restore as %s after a failed one: %v", name, err)
+		}
+		if got := c.mustCLI(t, "exec", name, "--", "cat", "a.txt"); got != "kept\n" {
+			t.Fatalf("%s (%s): a.txt = %q", name, res.Workspace.ID, got)
 		}
 	}
 }
