@@ -46,6 +46,11 @@ func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts 
 	}()
 	for attempt := 1; ; attempt++ {
 		snap, err := s.captureOnce(ctx, ws, opts)
+		if errors.Is(err, errReceiptRaced) && attempt < captureAttempts && ctx.Err() == nil {
+			// Another capture's receipt (or a prune) came first: this one's tree may be older
+			// than what that receipt holds, so it starts again from the newest receipt.
+			continue
+		}
 		if protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {
 			return snap, err
 		}

@@ -28,10 +28,17 @@ type liveWorkspace struct {
 
 func (tc *testController) liveWorkspace(t *testing.T, name string) liveWorkspace {
 	t.Helper()
+	return tc.liveWorkspaceIn(t, name, "")
+}
+
+// liveWorkspaceIn is liveWorkspace whose runner keeps its state (the capture cache that makes
+// captures incremental) in stateDir, when not "".
+func (tc *testController) liveWorkspaceIn(t *testing.T, name, stateDir string) liveWorkspace {
+	t.Helper()
 	a := tc.addAllocation(t, name)
 	root := t.TempDir()
 	r, err := runner.New(runner.Config{ControllerURL: tc.url, Token: a.token, AllocationID: a.allocationID, Root: root,
-		Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Confine: confine.Policy{Mode: protocol.IsolationNone}})
+		StateDir: stateDir, Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Confine: confine.Policy{Mode: protocol.IsolationNone}})
 	if err != nil {
 		t.Fatal(err)
 	}

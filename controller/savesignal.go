@@ -61,7 +61,7 @@ func (w *wsSignals) notify(id string) {
 }
 
 // signalledStore is the state store that notifies signals of every receipt written and every
-// change of state: every receipt is written by CreateSnapshot and every change of state is
+// change of state: every receipt is written by CreateSnapshot or AppendSnapshot and every change of state is
 // made by TransitionWorkspace, so no caller of either needs a line of its own.
 type signalledStore struct {
 	store.Store
@@ -74,6 +74,14 @@ func (s signalledStore) CreateSnapshot(ctx context.Context, snap api.Snapshot) e
 		s.signals.notify(snap.WorkspaceID)
 	}
 	return err
+}
+
+func (s signalledStore) AppendSnapshot(ctx context.Context, snap api.Snapshot) (api.Snapshot, error) {
+	written, err := s.Store.AppendSnapshot(ctx, snap)
+	if err == nil {
+		s.signals.notify(snap.WorkspaceID)
+	}
+	return written, err
 }
 
 func (s signalledStore) TransitionWorkspace(ctx context.Context, id string, ev wsstate.Event, reason, cause string) error {

@@ -86,6 +86,17 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	}
 	unpin := s.uploads.pin(pins...)
 	defer unpin()
+	if parent != nil {
+		// The parent was chosen before its layers were pinned: a prune and a sweep in between
+		// may have freed them. Once pinned they stay, so one look after the pin settles it.
+		if now, err := s.store.GetSnapshot(ctx, parentSnap.ID); err != nil || now.ReclaimedAt != nil {
+			parent.Close()
+			if err != nil && protocol.CodeOf(err) != protocol.CodeNotFound {
+				return snap, err
+			}
+			return snap, fmt.Errorf("%w: its parent %s was removed before the capture began", errReceiptRaced, parentSnap.ID)
+		}
+	}
 	args := protocol.SnapshotCaptureArgs{SnapshotID: snap.ID, WorkspaceID: ws.ID, Epoch: snap.Epoch, Parent: snap.Parent,
 		Incremental: parent != nil}
 	if parent != nil {
@@ -183,11 +194,20 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	snap.Layers = res.layerKeys()
 	snap.Entries, snap.Git = snap.Summary.Entries, snap.Summary.Git
 	snap.CreatedAt = s.now()
-	if err := s.store.CreateSnapshot(context.WithoutCancel(ctx), snap); err != nil {
+	written, err := s.store.AppendSnapshot(context.WithoutCancel(ctx), snap)
+	if err != nil {
+		if protocol.CodeOf(err) == protocol.CodeConflict {
+			err = fmt.Errorf("%w: %w", errReceiptRaced, err)
+		}
 		return discard(err)
 	}
-	return snap, nil
+	return written, nil
 }
+
+// errReceiptRaced is a capture that lost a race with another receipt of its workspace (or with
+// its removal): what it captured is not published, and captureWorkspace starts again from the
+// newest receipt.
+var errReceiptRaced = protocol.Errorf(protocol.CodeConflict, "another receipt of the workspace was written during the capture")
 
 func (s *Server) handleSnapshotList(w http.ResponseWriter, r *http.Request) {
 	ws, err := s.workspace(r.Context(), r.PathValue("id"))

@@ -225,6 +225,11 @@ type Runs interface {
 type Snapshots interface {
 	// CreateSnapshot writes a receipt. Only call it once the object is stored and verified.
 	CreateSnapshot(ctx context.Context, s api.Snapshot) error
+	// AppendSnapshot writes a capture's receipt as its workspace's newest: only while s.Parent
+	// is still the workspace's newest receipt ("" for none) and the workspace is not deleted,
+	// else CodeConflict and nothing is written. Its created time is moved after the parent's
+	// when a clock says otherwise, and the receipt as written is returned.
+	AppendSnapshot(ctx context.Context, s api.Snapshot) (api.Snapshot, error)
 	GetSnapshot(ctx context.Context, id string) (api.Snapshot, error)
 	// ListSnapshots lists a workspace's receipts, oldest first.
 	ListSnapshots(ctx context.Context, workspaceID string) ([]api.Snapshot, error)

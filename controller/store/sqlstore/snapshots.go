@@ -28,21 +28,77 @@ func init() {
 }
 
 func (s *DB) CreateSnapshot(ctx context.Context, snap api.Snapshot) error {
-	summary, err := json.Marshal(snap.Summary)
+	args, err := snapshotArgs(snap)
 	if err != nil {
 		return err
 	}
-	layers, err := json.Marshal(nonNil(snap.Layers))
-	if err != nil {
-		return err
-	}
-	_, err = s.exec(ctx, s.d.q(`INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
-		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey, snap.Checkpoint)
-	if err != nil {
+	if _, err := s.exec(ctx, s.d.q(insertSnapshotSQL), args...); err != nil {
 		return fmt.Errorf("insert snapshot receipt: %w", err)
 	}
 	return nil
+}
+
+const insertSnapshotSQL = `INSERT INTO snapshots (` + snapshotCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// snapshotArgs are snap's values for insertSnapshotSQL.
+func snapshotArgs(snap api.Snapshot) ([]any, error) {
+	summary, err := json.Marshal(snap.Summary)
+	if err != nil {
+		return nil, err
+	}
+	layers, err := json.Marshal(nonNil(snap.Layers))
+	if err != nil {
+		return nil, err
+	}
+	return []any{snap.ID, snap.WorkspaceID, snap.Epoch, snap.Parent, snap.ObjectKey, snap.Bytes, snap.SHA256, snap.Encrypted,
+		string(summary), snap.CreatedAt.UTC(), nullTime(snap.ReclaimedAt), string(layers), snap.ManifestKey, snap.Checkpoint}, nil
+}
+
+// AppendSnapshot writes snap only while snap.Parent is still the newest receipt of its workspace
+// and the workspace is not deleted. Without it two overlapping captures of one workspace (a
+// checkpoint still running when close saved) could leave the older tree sorted as the newest,
+// which reopen restores and reclaim keeps while freeing the newer; and a capture overlapping
+// `workspace rm --purge` could leave a receipt behind it. Receipts sort by created_at, written by
+// whichever controller captured: the new one is placed after its parent whatever their clocks.
+func (s *DB) AppendSnapshot(ctx context.Context, snap api.Snapshot) (api.Snapshot, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return snap, err
+	}
+	defer tx.Rollback()
+	var state api.WorkspaceState
+	if err := tx.QueryRowContext(ctx, s.d.q(`SELECT state FROM workspaces WHERE id = ?`+s.d.forUpdate), snap.WorkspaceID).Scan(&state); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return snap, notFound("workspace", snap.WorkspaceID)
+		}
+		return snap, fmt.Errorf("lock the workspace of snapshot %s: %w", snap.ID, err)
+	}
+	if state == api.StateDeleted {
+		return snap, protocol.Errorf(protocol.CodeConflict, "workspace %s was deleted during the capture", snap.WorkspaceID)
+	}
+	var newest string
+	var newestAt time.Time
+	err = tx.QueryRowContext(ctx, s.d.q(`SELECT id, created_at FROM snapshots WHERE workspace_id = ? ORDER BY created_at DESC, id DESC LIMIT 1`),
+		snap.WorkspaceID).Scan(&newest, &newestAt)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return snap, err
+	}
+	if newest != snap.Parent {
+		return snap, protocol.Errorf(protocol.CodeConflict, "receipt %s of workspace %s was written during the capture, which started from %q",
+			newest, snap.WorkspaceID, snap.Parent)
+	}
+	if newest != "" && !snap.CreatedAt.After(newestAt) {
+		// A millisecond, not a tick: the column may keep microseconds only.
+		snap.CreatedAt = newestAt.UTC().Add(time.Millisecond)
+	}
+	args, err := snapshotArgs(snap)
+	if err != nil {
+		return snap, err
+	}
+	if _, err := tx.ExecContext(ctx, s.d.q(insertSnapshotSQL), args...); err != nil {
+		return snap, fmt.Errorf("insert snapshot receipt: %w", err)
+	}
+	return snap, tx.Commit()
 }
 
 const snapshotCols = `id, workspace_id, epoch, parent, object_key, bytes, sha256, encrypted, summary, created_at, reclaimed_at, layers, manifest_key, checkpoint`

@@ -149,3 +149,42 @@ func testRemoveSnapshotRace(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// A capture's receipt is written only while its parent is still the workspace's newest receipt,
+// after the parent whatever the capturing controller's clock says, and never for a deleted
+// workspace.
+func testAppendSnapshot(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	w, _ := create(t, s, "appended", base)
+	mk := func(id, parent string, at time.Time) api.Snapshot {
+		return api.Snapshot{ID: id, WorkspaceID: w.ID, Epoch: 1, Parent: parent, ObjectKey: "snapshots/" + id, Bytes: 10,
+			SHA256: strings.Repeat("ab", 32), CreatedAt: at}
+	}
+	// A capture that started from a receipt while the workspace had none is refused.
+	_, err := s.AppendSnapshot(ctx, mk("snap-early", "snap-none", base))
+	wantCode(t, "a receipt naming a parent the workspace does not have", err, protocol.CodeConflict)
+	first, err := s.AppendSnapshot(ctx, mk("snap-1", "", base.Add(time.Minute)))
+	if err != nil || !first.CreatedAt.Equal(base.Add(time.Minute)) {
+		t.Fatalf("first receipt: %+v, %v", first, err)
+	}
+	// Written by a controller whose clock is behind: placed after its parent.
+	second, err := s.AppendSnapshot(ctx, mk("snap-2", first.ID, base))
+	if err != nil || !second.CreatedAt.After(first.CreatedAt) {
+		t.Fatalf("second receipt from a late clock: %+v, %v; want it after %v", second, err, first.CreatedAt)
+	}
+	// Two captures that both started from snap-1: the one that comes second is refused.
+	_, err = s.AppendSnapshot(ctx, mk("snap-stale", first.ID, base.Add(time.Hour)))
+	wantCode(t, "a receipt whose parent is no longer the newest", err, protocol.CodeConflict)
+	list, err := s.ListSnapshots(ctx, w.ID)
+	if err != nil || len(list) != 2 || list[0].ID != first.ID || list[1].ID != second.ID || !list[1].CreatedAt.Equal(second.CreatedAt) {
+		t.Fatalf("receipts: %+v, %v; want snap-1 then snap-2 as returned", list, err)
+	}
+	if err := s.TransitionWorkspace(ctx, w.ID, wsstate.Delete, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.AppendSnapshot(ctx, mk("snap-late", second.ID, base.Add(time.Hour)))
+	wantCode(t, "a receipt of a deleted workspace", err, protocol.CodeConflict)
+	if list, _ := s.ListSnapshots(ctx, w.ID); len(list) != 2 {
+		t.Fatalf("receipts after refusals: %+v", list)
+	}
+}

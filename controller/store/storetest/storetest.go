@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T, clock clockwork.Clock) store.Stor
 		{"ReclaimSnapshot", plain(testReclaimSnapshot)},
 		{"RemoveSnapshot", plain(testRemoveSnapshot)},
 		{"RemoveSnapshotRace", plain(testRemoveSnapshotRace)},
+		{"AppendSnapshot", plain(testAppendSnapshot)},
 		// Leases
 		{"Leases", testLeases},
 		{"LeaseRace", plain(testLeaseRace)},
