@@ -132,6 +132,12 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 	if !s.cfg.Retention.Empty() {
 		for _, ws := range list {
 			pr, err := s.prune(ctx, ws.ID, s.cfg.Retention, dryRun)
+			if protocol.CodeOf(err) == protocol.CodeCorrupt {
+				// One damaged workspace does not stop the sweep of the others.
+				s.log.Warn("retention policy not applied", "workspace", ws.ID, "err", err)
+				s.recordEvent(ctx, ws.ID, "retention policy not applied: "+protocol.AsError(err).Message)
+				continue
+			}
 			if err != nil {
 				return res, fmt.Errorf("apply the retention policy to %s: %w", ws.ID, err)
 			}

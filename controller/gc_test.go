@@ -211,3 +211,32 @@ func mustSnapshot(t *testing.T, tc *testController, id string) api.Snapshot {
 	}
 	return snap
 }
+
+// The retention policy removes nothing behind a newest receipt that does not verify: the older
+// receipts are then the only good copies of the work. gc goes on with the other workspaces, and
+// an explicit prune is refused (found in review).
+func TestRetentionKeepsReceiptsBehindADamagedNewest(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock), func(c *Config) { c.Retention = api.RetentionPolicy{KeepLast: 1} })
+	ctx := context.Background()
+	ws, snaps := tc.closedWorkspace(t, "damaged", clock.Now(), 2)
+	if _, err := tc.s.blobs.Put(ctx, snaps[1].ObjectKey, strings.NewReader("not the archive"), ""); err != nil {
+		t.Fatal(err)
+	}
+	other, kept := tc.storedWorkspace(t, "sound", clock.Now(), 2, nil)
+	clock.Advance(48 * time.Hour)
+	res, err := tc.s.GC(ctx, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tc.objectExists(snaps[0].ObjectKey) || len(receipts(t, tc, ws.ID)) != 2 {
+		t.Fatalf("gc removed %s behind a newest receipt that does not verify (pruned: %+v)", snaps[0].ID, res.Pruned)
+	}
+	if list := receipts(t, tc, other.ID); len(list) != 1 || list[0].ID != kept[1].ID {
+		t.Fatalf("the sound workspace was not pruned to its newest: %v", ids(list))
+	}
+	_, err = tc.s.prune(ctx, ws.ID, api.RetentionPolicy{KeepLast: 1}, false)
+	if protocol.CodeOf(err) != protocol.CodeCorrupt || len(receipts(t, tc, ws.ID)) != 2 {
+		t.Fatalf("prune behind a damaged newest: %v", err)
+	}
+}

@@ -123,6 +123,18 @@ func (s *Server) prune(ctx context.Context, workspaceID string, policy api.Reten
 		}
 	}
 	kept, removed := retention.Plan(live, policy)
+	if !dryRun && len(removed) > 0 {
+		// The older receipts are the only good copies when the newest is damaged: nothing is
+		// removed behind a newest receipt that does not verify.
+		newest := snaps[len(snaps)-1]
+		if _, err := s.verifySnapshot(ctx, newest); err != nil {
+			if c := protocol.CodeOf(err); c != protocol.CodeCorrupt && c != protocol.CodeNotFound {
+				return res, fmt.Errorf("verify the newest receipt %s before pruning: %w", newest.ID, err)
+			}
+			return res, protocol.Errorf(protocol.CodeCorrupt,
+				"the newest receipt %s of workspace %s does not verify, so no receipt before it is removed: %v", newest.ID, workspaceID, err)
+		}
+	}
 	res.Kept = append(res.Kept, kept...)
 	for _, item := range removed {
 		if !dryRun {
