@@ -71,6 +71,11 @@ func (a Archives) compose(ctx context.Context, snap api.Snapshot, w io.Writer) e
 	defer rr.Close()
 	layers := a.newLayerSet(snap, rr)
 	defer layers.close()
+	// A sparse file is read twice (its data regions first): a second reader per layer, opened
+	// at its first sparse file and moving forward with the first, keeps that one pass per layer
+	// instead of one per sparse file.
+	scans := a.newLayerSet(snap, rr)
+	defer scans.close()
 	c, err := snapshot.NewComposer(ctx, w)
 	if err != nil {
 		return err
@@ -94,22 +99,9 @@ func (a Archives) compose(ctx context.Context, snap api.Snapshot, w io.Writer) e
 		if n > 0 {
 			jsonSize++
 		}
-		var scanned *layerState
 		data := func() (io.Reader, error) { return layers.file(ctx, &e) }
-		scan := func() (io.Reader, error) {
-			if e.Layer < 0 || e.Layer >= len(layers.layers) {
-				return nil, protocol.Errorf(protocol.CodeCorrupt, "snapshot %s: %s names layer %d", snap.ID, e.Path, e.Layer)
-			}
-			if scanned, err = a.openLayer(ctx, snap, layers.layers[e.Layer]); err != nil {
-				return nil, err
-			}
-			return scanned.tr.File(&e.Entry)
-		}
-		err = c.Add(e.Entry, data, scan)
-		if scanned != nil {
-			scanned.close()
-		}
-		if err != nil {
+		scan := func() (io.Reader, error) { return scans.file(ctx, &e) }
+		if err := c.Add(e.Entry, data, scan); err != nil {
 			c.Abort()
 			return err
 		}
