@@ -2,14 +2,20 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
+	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 )
 
 // gateGet holds the first Get of key, once the object is open, until release is closed.
@@ -112,4 +118,73 @@ func ids(list []api.Snapshot) []string {
 		out = append(out, s.ID)
 	}
 	return out
+}
+
+// gateAppend holds the first checkpoint receipt's AppendSnapshot until release is closed.
+type gateAppend struct {
+	store.Store
+	gated   atomic.Bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *gateAppend) AppendSnapshot(ctx context.Context, snap api.Snapshot) (api.Snapshot, error) {
+	if snap.Checkpoint && g.gated.CompareAndSwap(false, true) {
+		close(g.reached)
+		<-g.release
+	}
+	return g.Store.AppendSnapshot(ctx, snap)
+}
+
+// A checkpoint in flight when close saved loses the race and ends: started again, it would
+// capture the closing workspace after close's receipt and publish what teardown did to the tree
+// as the newest receipt, which reopen restores (found in review).
+func TestCheckpointLosingToCloseEnds(t *testing.T) {
+	tc := newTestController(t)
+	ctx := context.Background()
+	lw := tc.liveWorkspaceIn(t, "closerace", t.TempDir())
+	writeFile(t, lw.root, "data.txt", "work")
+	time.Sleep(300 * time.Millisecond) // past the racy window: captures take refs
+	if _, err := tc.s.CaptureSnapshot(ctx, lw.workspaceID, api.CaptureOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, lw.root, "data.txt", "more work")
+	g := &gateAppend{Store: tc.s.store, reached: make(chan struct{}), release: make(chan struct{})}
+	tc.s.store = g
+	ws, err := tc.s.store.GetWorkspace(ctx, lw.workspaceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		snap api.Snapshot
+		err  error
+	}
+	cp := make(chan result, 1)
+	go func() {
+		snap, err := tc.s.captureWorkspaceAs(ctx, ws, captureOpts{checkpoint: true})
+		cp <- result{snap, err}
+	}()
+	<-g.reached
+	// close: StartClose, its capture, then teardown changes the tree (it "goes with the sandbox").
+	if err := tc.s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartClose, "", "close"); err != nil {
+		t.Fatal(err)
+	}
+	closeSnap, err := tc.s.captureWorkspace(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(lw.root, "data.txt")); err != nil { // teardown
+		t.Fatal(err)
+	}
+	close(g.release)
+	r := <-cp
+	list := receipts(t, tc, ws.ID)
+	newest := list[len(list)-1]
+	if !errors.Is(r.err, errReceiptRaced) {
+		t.Fatalf("the overtaken checkpoint: %+v, %v; want it ended as raced", r.snap, r.err)
+	}
+	if newest.ID != closeSnap.ID {
+		t.Fatalf("the newest receipt of the closing workspace is %s (checkpoint=%v, entries %d, tree %s), not close's %s (entries %d): reopen restores teardown's tree",
+			newest.ID, newest.Checkpoint, newest.Entries, strings.TrimSpace(newest.Summary.Tree)[:12], closeSnap.ID, closeSnap.Entries)
+	}
 }

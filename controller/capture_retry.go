@@ -46,9 +46,22 @@ func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts 
 	}()
 	for attempt := 1; ; attempt++ {
 		snap, err := s.captureOnce(ctx, ws, opts)
-		if errors.Is(err, errReceiptRaced) && attempt < captureAttempts && ctx.Err() == nil {
+		if errors.Is(err, errReceiptRaced) {
 			// Another capture's receipt (or a prune) came first: this one's tree may be older
-			// than what that receipt holds, so it starts again from the newest receipt.
+			// than what that receipt holds. A checkpoint ends there (a newer receipt exists);
+			// another capture starts again from the newest receipt, but only while the
+			// workspace is as it began: a close that saved meanwhile is followed by teardown,
+			// whose tree must never become the newest receipt.
+			if opts.checkpoint || attempt == captureAttempts || ctx.Err() != nil {
+				return api.Snapshot{}, err
+			}
+			now, gerr := s.store.GetWorkspace(ctx, ws.ID)
+			if gerr != nil {
+				return api.Snapshot{}, gerr
+			}
+			if now.State != ws.State || now.Epoch != ws.Epoch {
+				return api.Snapshot{}, err
+			}
 			continue
 		}
 		if protocol.CodeOf(err) != protocol.CodeChangedDuringCapture {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -132,8 +133,8 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 	if !s.cfg.Retention.Empty() {
 		for _, ws := range list {
 			pr, err := s.prune(ctx, ws.ID, s.cfg.Retention, dryRun)
-			if protocol.CodeOf(err) == protocol.CodeCorrupt {
-				// One damaged workspace does not stop the sweep of the others.
+			if errors.Is(err, errNewestUnverified) {
+				// One damaged (or now unreadable) workspace does not stop the sweep of the others.
 				s.log.Warn("retention policy not applied", "workspace", ws.ID, "err", err)
 				s.recordEvent(ctx, ws.ID, "retention policy not applied: "+protocol.AsError(err).Message)
 				continue

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/tetherhq/tether/controller/api"
+	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
@@ -41,33 +43,41 @@ func (tc *testController) storedWorkspace(t *testing.T, name string, at time.Tim
 	}
 	var snaps []api.Snapshot
 	for i := range n {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte(strings.Repeat(name, 1000+i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		root, err := fsguard.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		m, err := snapshot.Capture(ctx, root, &buf, snapshot.CaptureOptions{})
-		root.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(buf.Bytes())
-		snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: w.ID, ObjectKey: "snapshots/" + w.ID + "/" + hex.EncodeToString(sum[:8]),
-			Bytes: int64(buf.Len()), SHA256: hex.EncodeToString(sum[:]), Entries: m.Totals.Entries,
-			Summary: protocol.SnapshotSummary{Entries: m.Totals.Entries, Bytes: m.Totals.Bytes}, CreatedAt: at.Add(time.Duration(i-n) * time.Minute)}
-		if _, err := tc.s.blobs.Put(ctx, snap.ObjectKey, bytes.NewReader(buf.Bytes()), snap.SHA256); err != nil {
-			t.Fatal(err)
-		}
-		if err := tc.s.store.CreateSnapshot(ctx, snap); err != nil {
-			t.Fatal(err)
-		}
-		snaps = append(snaps, snap)
+		snaps = append(snaps, tc.storedReceipt(t, w.ID, strings.Repeat(name, 1000+i), at.Add(time.Duration(i-n)*time.Minute)))
 	}
 	return w, snaps
+}
+
+// storedReceipt stores a real archive of a tree of one file holding content, and its receipt for
+// workspace wsID at the given time.
+func (tc *testController) storedReceipt(t *testing.T, wsID, content string, at time.Time) api.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "work.txt"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := fsguard.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	m, err := snapshot.Capture(ctx, root, &buf, snapshot.CaptureOptions{})
+	root.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	snap := api.Snapshot{ID: newID("snap_"), WorkspaceID: wsID, ObjectKey: "snapshots/" + wsID + "/" + hex.EncodeToString(sum[:8]),
+		Bytes: int64(buf.Len()), SHA256: hex.EncodeToString(sum[:]), Entries: m.Totals.Entries,
+		Summary: protocol.SnapshotSummary{Entries: m.Totals.Entries, Bytes: m.Totals.Bytes}, CreatedAt: at}
+	if _, err := tc.s.blobs.Put(ctx, snap.ObjectKey, bytes.NewReader(buf.Bytes()), snap.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.s.store.CreateSnapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
 
 func (tc *testController) objectExists(key string) bool {
@@ -238,5 +248,40 @@ func TestRetentionKeepsReceiptsBehindADamagedNewest(t *testing.T) {
 	_, err = tc.s.prune(ctx, ws.ID, api.RetentionPolicy{KeepLast: 1}, false)
 	if protocol.CodeOf(err) != protocol.CodeCorrupt || len(receipts(t, tc, ws.ID)) != 2 {
 		t.Fatalf("prune behind a damaged newest: %v", err)
+	}
+}
+
+// flakyGet fails every Get of key, as a blob store that cannot be reached would.
+type flakyGet struct {
+	blob.Store
+	key string
+}
+
+func (f flakyGet) Get(ctx context.Context, key string) (io.ReadCloser, blob.Info, error) {
+	if key == f.key {
+		return nil, blob.Info{}, errors.New("connection reset by peer")
+	}
+	return f.Store.Get(ctx, key)
+}
+
+// One workspace's newest receipt cannot be read for a moment: gc leaves that workspace as it is
+// and goes on with the others (found in review: the whole gc stopped).
+func TestGCGoesOnPastAnUnreadableNewestReceipt(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock), func(c *Config) { c.Retention = api.RetentionPolicy{KeepLast: 1} })
+	ctx := context.Background()
+	flaky, snaps := tc.storedWorkspace(t, "aaa-flaky", clock.Now(), 2, nil)
+	other, _ := tc.storedWorkspace(t, "zzz-sound", clock.Now(), 2, nil)
+	tc.s.archives.Blobs = flakyGet{Store: tc.s.archives.Blobs, key: snaps[1].ObjectKey}
+	clock.Advance(48 * time.Hour)
+	_, err := tc.s.GC(ctx, 0, false)
+	if err != nil {
+		t.Fatalf("gc stopped on one workspace's unreadable receipt: %v", err)
+	}
+	if n := len(receipts(t, tc, flaky.ID)); n != 2 {
+		t.Fatalf("%d receipts of the workspace whose newest could not be read, want both kept", n)
+	}
+	if n := len(receipts(t, tc, other.ID)); n != 1 {
+		t.Fatalf("%d receipts of the other workspace, want it pruned to its newest", n)
 	}
 }

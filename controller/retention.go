@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -129,10 +130,10 @@ func (s *Server) prune(ctx context.Context, workspaceID string, policy api.Reten
 		newest := snaps[len(snaps)-1]
 		if _, err := s.verifySnapshot(ctx, newest); err != nil {
 			if c := protocol.CodeOf(err); c != protocol.CodeCorrupt && c != protocol.CodeNotFound {
-				return res, fmt.Errorf("verify the newest receipt %s before pruning: %w", newest.ID, err)
+				return res, fmt.Errorf("%w: verify %s: %w", errNewestUnverified, newest.ID, err)
 			}
-			return res, protocol.Errorf(protocol.CodeCorrupt,
-				"the newest receipt %s of workspace %s does not verify, so no receipt before it is removed: %v", newest.ID, workspaceID, err)
+			return res, fmt.Errorf("%w: %w", errNewestUnverified, protocol.Errorf(protocol.CodeCorrupt,
+				"the newest receipt %s of workspace %s does not verify, so no receipt before it is removed: %v", newest.ID, workspaceID, err))
 		}
 	}
 	res.Kept = append(res.Kept, kept...)
@@ -152,6 +153,10 @@ func (s *Server) prune(ctx context.Context, workspaceID string, policy api.Reten
 	}
 	return res, nil
 }
+
+// errNewestUnverified marks a prune refused because the newest receipt could not be verified
+// (damaged, or unreadable now): gc then leaves that workspace for its next pass.
+var errNewestUnverified = errors.New("the newest receipt was not verified")
 
 // purgeParam reads DELETE /v1/workspaces/{id}'s purge query parameter.
 func purgeParam(r *http.Request) (bool, error) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -336,12 +337,8 @@ func TestLimitedTokenRetention(t *testing.T) {
 	now := time.Now().UTC()
 	var ids []string
 	for i := range 3 {
-		id := newID("snap_")
-		if err := tc.s.store.CreateSnapshot(ctx, api.Snapshot{ID: id, WorkspaceID: f.mine.ID, ObjectKey: "snapshots/mine-" + id,
-			CreatedAt: now.Add(time.Duration(i) * time.Second)}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+		// Real objects: a prune verifies the newest receipt before removing anything.
+		ids = append(ids, tc.storedReceipt(t, f.mine.ID, fmt.Sprint("version ", i), now.Add(time.Duration(i)*time.Second)).ID)
 	}
 	if _, err := cl.PruneSnapshots(ctx, f.mine.ID, api.PruneRequest{}); protocol.CodeOf(err) != protocol.CodeInvalidArgument {
 		t.Fatalf("prune with no policy anywhere: %v", err)

@@ -266,7 +266,8 @@ func (s *Server) RestoreSnapshot(ctx context.Context, id string, req api.Restore
 		if newID == "" {
 			return
 		}
-		// By id: a name taken by another workspace fails the create before newID is recorded.
+		// By id, never by name: when the name was taken, the create failed before recording
+		// newID's workspace, and removing it is not_found.
 		if derr := s.DeleteWorkspace(context.WithoutCancel(ctx), newID); derr != nil && protocol.CodeOf(derr) != protocol.CodeNotFound {
 			s.log.Error("remove workspace of a failed restore", "workspace", newID, "err", derr)
 		}

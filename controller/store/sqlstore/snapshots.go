@@ -87,7 +87,9 @@ func (s *DB) AppendSnapshot(ctx context.Context, snap api.Snapshot) (api.Snapsho
 		return snap, protocol.Errorf(protocol.CodeConflict, "receipt %s of workspace %s was written during the capture, which started from %q",
 			newest, snap.WorkspaceID, snap.Parent)
 	}
-	if newest != "" && !snap.CreatedAt.After(newestAt) {
+	// Compared as stored: PostgreSQL keeps microseconds, and a time rounded onto its parent's
+	// would sort by id.
+	if newest != "" && !snap.CreatedAt.Truncate(time.Microsecond).After(newestAt) {
 		// A millisecond, not a tick: the column may keep microseconds only.
 		snap.CreatedAt = newestAt.UTC().Add(time.Millisecond)
 	}
