@@ -136,7 +136,8 @@ func (g *gateAppend) AppendSnapshot(ctx context.Context, snap api.Snapshot) (api
 	return g.Store.AppendSnapshot(ctx, snap)
 }
 
-// A checkpoint in flight when close saved loses the race and ends: started again, it would
+// A checkpoint in flight when close saved loses the race and, the workspace closing, ends:
+// started again, it would
 // capture the closing workspace after close's receipt and publish what teardown did to the tree
 // as the newest receipt, which reopen restores (found in review).
 func TestCheckpointLosingToCloseEnds(t *testing.T) {

@@ -48,11 +48,10 @@ func (s *Server) captureWorkspaceAs(ctx context.Context, ws api.Workspace, opts 
 		snap, err := s.captureOnce(ctx, ws, opts)
 		if errors.Is(err, errReceiptRaced) {
 			// Another capture's receipt (or a prune) came first: this one's tree may be older
-			// than what that receipt holds. A checkpoint ends there (a newer receipt exists);
-			// another capture starts again from the newest receipt, but only while the
-			// workspace is as it began: a close that saved meanwhile is followed by teardown,
-			// whose tree must never become the newest receipt.
-			if opts.checkpoint || attempt == captureAttempts || ctx.Err() != nil {
+			// than what that receipt holds, so it starts again from the newest receipt, but
+			// only while the workspace is as it began: a close that saved meanwhile (closing)
+			// is followed by teardown, whose tree must never become the newest receipt.
+			if attempt == captureAttempts || ctx.Err() != nil {
 				return api.Snapshot{}, err
 			}
 			now, gerr := s.store.GetWorkspace(ctx, ws.ID)
