@@ -27,7 +27,10 @@ func receiptKeys(snap api.Snapshot) []string {
 // a removal or reclaim that came first is seen here, and one that comes after finds the pin
 // (the sweep reads pins on both sides of its read of the receipts).
 func (s *Server) pinReceipt(ctx context.Context, snap api.Snapshot) (func(), error) {
-	release := s.uploads.pin(receiptKeys(snap)...)
+	release, err := s.uploads.pin(receiptKeys(snap)...)
+	if err != nil {
+		return nil, err
+	}
 	cur, err := s.store.GetSnapshot(ctx, snap.ID)
 	if err == nil && cur.ReclaimedAt != nil {
 		err = protocol.Errorf(protocol.CodeNotFound, "snapshot %s was reclaimed by gc at %s: a newer receipt of workspace %s holds its work",

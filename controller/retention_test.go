@@ -220,7 +220,10 @@ func TestGCKeepsWhatIsBeingReadOrWritten(t *testing.T) {
 
 	// A capture in flight: its object stored, its receipt not yet written.
 	key := snapshotKey(ws.ID, newID("snap_"), false)
-	unpin := tc.s.uploads.pin(key)
+	unpin, err := tc.s.uploads.pin(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tc.s.blobs.Put(ctx, key, io.LimitReader(zeros{}, 1000), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +370,14 @@ func TestPinOutlivesAnotherPinsRelease(t *testing.T) {
 	tc := newTestController(t)
 	ctx := context.Background()
 	hb := pinPrefix + "snapshots/x " + tc.s.id
-	first, second := tc.s.uploads.pin("snapshots/x"), tc.s.uploads.pin("snapshots/x")
+	first, err := tc.s.uploads.pin("snapshots/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := tc.s.uploads.pin("snapshots/x")
+	if err != nil {
+		t.Fatal(err)
+	}
 	first()
 	if touched, err := tc.s.store.LiveUploads(ctx, time.Time{}); err != nil || !touched[hb] {
 		t.Fatalf("after one of two pins ended: %v %v", touched, err)

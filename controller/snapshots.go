@@ -84,7 +84,13 @@ func (s *Server) captureOnce(ctx context.Context, ws api.Workspace, opts capture
 	if parent != nil {
 		pins = append(pins, receiptKeys(parentSnap)...)
 	}
-	unpin := s.uploads.pin(pins...)
+	unpin, err := s.uploads.pin(pins...)
+	if err != nil {
+		if parent != nil {
+			parent.Close()
+		}
+		return snap, err
+	}
 	defer unpin()
 	if parent != nil {
 		// The parent was chosen before its layers were pinned: a prune and a sweep in between

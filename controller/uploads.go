@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/protocol"
 )
 
 // Upload heartbeats. A blob Put writes a temporary for as long as its upload runs — minutes for a
@@ -52,9 +53,15 @@ func newUploadTracker(st store.Coordination, controllerID string, clock clockwor
 // it untouched — and then every uploadBeat until done, which stops the beat, waits for it to end
 // (so no late touch revives the key) and forgets the key.
 func (t *uploadTracker) Begin(key string) (done func()) {
+	done, _ = t.begin(key)
+	return done
+}
+
+// begin is Begin that also reports whether its first touch failed.
+func (t *uploadTracker) begin(key string) (done func(), failing bool) {
 	t.hold(key, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	failing := t.touch(ctx, key, false)
+	failing = t.touch(ctx, key, false)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -77,7 +84,7 @@ func (t *uploadTracker) Begin(key string) (done func()) {
 				t.log.Warn("upload heartbeat: forgetting a finished upload", "key", key, "err", err)
 			}
 		})
-	}
+	}, failing
 }
 
 // beat touches key every uploadBeat until ctx is canceled.
@@ -151,19 +158,28 @@ func (t *uploadTracker) live(ctx context.Context) (func(key string) bool, error)
 // such prefix.
 const pinPrefix = "pin "
 
-// pin holds each non-empty key pinned until release is called.
-func (t *uploadTracker) pin(keys ...string) (release func()) {
+// pin holds each non-empty key pinned until release is called. A pin whose first heartbeat could
+// not be written is refused (unavailable): this controller's own sweeps would honor it, but no
+// other controller's gc would see it, and a gc with no grace could free what it guards.
+func (t *uploadTracker) pin(keys ...string) (release func(), err error) {
 	var dones []func()
-	for _, k := range keys {
-		if k != "" {
-			dones = append(dones, t.Begin(pinPrefix+k+" "+t.controller))
-		}
-	}
-	return func() {
+	release = func() {
 		for _, done := range dones {
 			done()
 		}
 	}
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		done, failing := t.begin(pinPrefix + k + " " + t.controller)
+		dones = append(dones, done)
+		if failing {
+			release()
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "could not pin %s against gc in the state store; try again", k)
+		}
+	}
+	return release, nil
 }
 
 // pinned returns the objects pinned now: by a heartbeat of any controller within uploadLive,

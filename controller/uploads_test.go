@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/store/sqlstore"
+	"github.com/tetherhq/tether/protocol"
 )
 
 // observedUploads is a real store (SQLite, on the test's clock) whose upload heartbeats the
@@ -196,5 +197,28 @@ func TestUploadTrackerTouchFails(t *testing.T) {
 	done()
 	if liveNow(t, tr)(key) {
 		t.Fatal("live after done")
+	}
+}
+
+// A pin whose first heartbeat cannot be written is refused and holds nothing: other controllers'
+// gc would not see it (found in review: it was taken silently).
+func TestPinRefusedWhenTheStoreCannotRecordIt(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	f := newObservedUploads(t, clock)
+	tr := newUploadTracker(f, "ctl-a", clock, slog.New(slog.DiscardHandler))
+	release, err := tr.pin("snapshots/ws/a", "snapshots/ws/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	f.mu.Lock()
+	f.fail = errors.New("database unreachable")
+	f.mu.Unlock()
+	if _, err := tr.pin("snapshots/ws/a", "snapshots/ws/b"); protocol.CodeOf(err) != protocol.CodeUnavailable {
+		t.Fatalf("pin with the store failing: %v; want unavailable", err)
+	}
+	pinned, err := tr.pinned(context.Background())
+	if err != nil || len(pinned) != 0 {
+		t.Fatalf("pinned after a refused pin: %v, %v", pinned, err)
 	}
 }
