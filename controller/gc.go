@@ -99,8 +99,11 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 			continue
 		}
 		swept[ws.ID] = true
-		cand := s.gcCandidate(ctx, ws)
+		cand, verified := s.gcCandidate(ctx, ws)
 		if cand.Reclaimable && !dryRun && cand.Bytes > 0 {
+			if err := s.gcFault("candidate checked"); err != nil {
+				return res, err
+			}
 			if err := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartReclaim, "", "gc: reclaim"); err != nil {
 				if protocol.CodeOf(err) == protocol.CodeConflict {
 					cand.Reclaimable, cand.Why = false, "a reopen got there first"
@@ -108,6 +111,19 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 					continue
 				}
 				return res, err
+			}
+			// Closed again since the check (reopened, saved, closed): its newest receipt is not
+			// the one verified, and the claim is handed back for the next sweep to judge.
+			if snaps, err := s.store.ListSnapshots(ctx, ws.ID); err != nil || len(snaps) == 0 || snaps[len(snaps)-1].ID != verified {
+				if ferr := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: reopened and closed again during the sweep"); ferr != nil {
+					return res, ferr
+				}
+				if err != nil {
+					return res, err
+				}
+				cand.Reclaimable, cand.Why = false, "reopened and closed again during the sweep: the next sweep checks its new newest receipt"
+				res.Candidates = append(res.Candidates, cand)
+				continue
 			}
 			n, err := s.reclaim(ctx, ws)
 			if err != nil {
@@ -157,9 +173,9 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 // gcCandidate decides whether a closed workspace may be reclaimed, and what that frees.
 // Closing captured and verified the tree after its last change and released the sandbox, so a
 // closed workspace has no pending changes; what is checked here is what could have changed since.
-func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandidate {
-	cand := api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name}
-	keep := func(why string) api.GCCandidate { cand.Why = why; return cand }
+func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) (cand api.GCCandidate, verified string) {
+	cand = api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name}
+	keep := func(why string) (api.GCCandidate, string) { cand.Why = why; return cand, "" }
 	if running, err := s.store.RunningRuns(ctx, ws.AllocationID); err != nil || len(running) > 0 {
 		return keep(fmt.Sprintf("%d run(s) still recorded as running", len(running)))
 	}
@@ -189,7 +205,7 @@ func (s *Server) gcCandidate(ctx context.Context, ws api.Workspace) api.GCCandid
 	}
 	cand.Reclaimable, cand.Bytes = true, bytes
 	cand.Why = "every byte is in its newest receipt " + last.ID + ", verified"
-	return cand
+	return cand, last.ID
 }
 
 // supersededBytes is what reclaiming the workspace's superseded receipts would free: their

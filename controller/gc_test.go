@@ -285,3 +285,37 @@ func TestGCGoesOnPastAnUnreadableNewestReceipt(t *testing.T) {
 		t.Fatalf("%d receipts of the other workspace, want it pruned to its newest", n)
 	}
 }
+
+// A workspace reopened, saved and closed again between gc's check of its newest receipt and its
+// claim is not reclaimed on that check: its newest receipt is not the one verified (found in
+// review).
+func TestGCReclaimsOnlyBehindTheReceiptItVerified(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock))
+	ctx := context.Background()
+	ws, snaps := tc.closedWorkspace(t, "again", clock.Now(), 2)
+	clock.Advance(48 * time.Hour)
+	var newer api.Snapshot
+	tc.s.gcStep = func(step string) error {
+		if step == "candidate checked" && newer.ID == "" {
+			// As a reopen, a save and a close would leave it: closed, with a newer receipt.
+			newer = tc.storedReceipt(t, ws.ID, "newer work", clock.Now())
+		}
+		return nil
+	}
+	res, err := tc.s.GC(ctx, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := findCandidate(res, ws.ID); c == nil || c.Reclaimed || !strings.Contains(c.Why, "closed again") {
+		t.Fatalf("candidate: %+v", c)
+	}
+	for _, snap := range append(snaps, newer) {
+		if got := mustSnapshot(t, tc, snap.ID); got.ReclaimedAt != nil || !tc.objectExists(snap.ObjectKey) {
+			t.Fatalf("%s was reclaimed on a check of another newest receipt", snap.ID)
+		}
+	}
+	if got, _ := tc.s.store.GetWorkspace(ctx, ws.ID); got.State != api.StateClosed {
+		t.Fatalf("state after the handed-back claim: %s", got.State)
+	}
+}
