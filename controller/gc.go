@@ -85,8 +85,13 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 			projects[ws.Git.ProjectID] = true
 		}
 		if ws.State == api.StateReclaiming && !dryRun {
-			// A sweep stopped here: the workspace's newest receipt was already checked.
-			n, err := s.reclaim(ctx, ws)
+			// A sweep stopped here; reclaim checks its newest receipt again.
+			n, err := s.reclaim(ctx, ws, "")
+			var back *handedBack
+			if errors.As(err, &back) {
+				res.Candidates = append(res.Candidates, api.GCCandidate{WorkspaceID: ws.ID, Name: ws.Name, Why: back.why})
+				continue
+			}
 			if err != nil {
 				return res, fmt.Errorf("finish the reclaim of %s: %w", ws.ID, err)
 			}
@@ -112,20 +117,13 @@ func (s *Server) GC(ctx context.Context, grace time.Duration, dryRun bool) (api.
 				}
 				return res, err
 			}
-			// Closed again since the check (reopened, saved, closed): its newest receipt is not
-			// the one verified, and the claim is handed back for the next sweep to judge.
-			if snaps, err := s.store.ListSnapshots(ctx, ws.ID); err != nil || len(snaps) == 0 || snaps[len(snaps)-1].ID != verified {
-				if ferr := s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: reopened and closed again during the sweep"); ferr != nil {
-					return res, ferr
-				}
-				if err != nil {
-					return res, err
-				}
-				cand.Reclaimable, cand.Why = false, "reopened and closed again during the sweep: the next sweep checks its new newest receipt"
+			n, err := s.reclaim(ctx, ws, verified)
+			var back *handedBack
+			if errors.As(err, &back) {
+				cand.Reclaimable, cand.Why = false, back.why
 				res.Candidates = append(res.Candidates, cand)
 				continue
 			}
-			n, err := s.reclaim(ctx, ws)
 			if err != nil {
 				return res, fmt.Errorf("reclaim %s: %w", ws.ID, err)
 			}
@@ -257,16 +255,40 @@ func (s *Server) supersededBytes(ctx context.Context, wsID, sourceBase string, s
 	return n, nil
 }
 
+// handedBack is a reclaim that marked nothing and returned the workspace to closed: its newest
+// receipt was not the one checked, or does not verify now.
+type handedBack struct{ why string }
+
+func (h *handedBack) Error() string { return "reclaim handed back: " + h.why }
+
 // reclaim removes a reclaiming workspace's superseded storage and returns it to closed. Every
 // step may be repeated: a sweep that stops anywhere is finished by the next one. Receipts are
 // marked before their objects go, so nothing serves a receipt whose object may be gone.
-func (s *Server) reclaim(ctx context.Context, ws api.Workspace) (int64, error) {
+// verified is the newest receipt this sweep just checked; any other newest receipt (the
+// workspace was reopened, saved and closed again before the claim, or the claim is an earlier
+// sweep's) is verified again first, and one that does not verify hands the claim back
+// (*handedBack): the receipts behind it may be the only good copies.
+func (s *Server) reclaim(ctx context.Context, ws api.Workspace, verified string) (int64, error) {
 	snaps, err := s.store.ListSnapshots(ctx, ws.ID)
 	if err != nil {
 		return 0, err
 	}
 	if len(snaps) == 0 {
 		return 0, s.store.TransitionWorkspace(ctx, ws.ID, wsstate.FinishReclaim, "", "gc: nothing to reclaim")
+	}
+	if newest := snaps[len(snaps)-1]; newest.ID != verified {
+		why := ""
+		if verified != "" {
+			why = "reopened and closed again during the sweep: the next sweep checks its new newest receipt " + newest.ID
+		} else if _, err := s.verifySnapshot(ctx, newest); err != nil {
+			why = fmt.Sprintf("its newest receipt %s does not verify (%s)", newest.ID, protocol.AsError(err).Message)
+		}
+		if why != "" {
+			if err := s.store.TransitionWorkspace(context.WithoutCancel(ctx), ws.ID, wsstate.FinishReclaim, "", "gc: nothing reclaimed: "+why); err != nil {
+				return 0, err
+			}
+			return 0, &handedBack{why}
+		}
 	}
 	now := s.now()
 	// The source base stays: a closed workspace's work can still be pulled into its source.
@@ -321,7 +343,8 @@ func (s *Server) finishReclaim(ctx context.Context, id string) (api.Workspace, e
 	if err != nil || ws.State != api.StateReclaiming {
 		return ws, err
 	}
-	if _, err := s.reclaim(ctx, ws); err != nil {
+	// Handed back is closed again with nothing reclaimed: the reopen goes on.
+	if _, err := s.reclaim(ctx, ws, ""); err != nil && !errors.As(err, new(*handedBack)) {
 		return ws, fmt.Errorf("finish the reclaim of %s: %w", ws.ID, err)
 	}
 	return s.workspace(ctx, id)

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/controller/api"
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/store"
+	"github.com/tetherhq/tether/controller/wsstate"
 	"github.com/tetherhq/tether/protocol"
 	"github.com/tetherhq/tether/sandbox/fsguard"
 	"github.com/tetherhq/tether/sandbox/snapshot"
@@ -317,5 +318,52 @@ func TestGCReclaimsOnlyBehindTheReceiptItVerified(t *testing.T) {
 	}
 	if got, _ := tc.s.store.GetWorkspace(ctx, ws.ID); got.State != api.StateClosed {
 		t.Fatalf("state after the handed-back claim: %s", got.State)
+	}
+}
+
+// A sweep claims a workspace that was reopened, saved (a receipt that does not verify) and
+// closed again since its check, then stops (a crash). The next sweep, finishing that claim,
+// verifies the newest receipt first and hands the claim back: nothing is reclaimed behind a
+// receipt nobody verified (found in review).
+func TestGCFinishingAClaimVerifiesTheNewestReceipt(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	tc := newTestController(t, withClock(clock))
+	ctx := context.Background()
+	ws, snaps := tc.closedWorkspace(t, "again", clock.Now(), 2)
+	clock.Advance(48 * time.Hour)
+	var newer api.Snapshot
+	tc.s.gcStep = func(step string) error {
+		if step == "candidate checked" && newer.ID == "" {
+			newer = tc.storedReceipt(t, ws.ID, "newer work", clock.Now())
+			// The newer receipt does not verify: its object is gone.
+			if err := tc.s.blobs.Delete(ctx, newer.ObjectKey); err != nil {
+				t.Fatal(err)
+			}
+			// The sweep's claim lands, then the sweep stops before its re-list.
+			if err := tc.s.store.TransitionWorkspace(ctx, ws.ID, wsstate.StartReclaim, "", "gc: reclaim"); err != nil {
+				t.Fatal(err)
+			}
+			return errors.New("crash after the claim")
+		}
+		return nil
+	}
+	if _, err := tc.s.GC(ctx, time.Hour, false); err == nil {
+		t.Fatal("want the simulated crash")
+	}
+	tc.s.gcStep = nil
+	res, err := tc.s.GC(ctx, time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := findCandidate(res, ws.ID); c == nil || c.Reclaimed || !strings.Contains(c.Why, "does not verify") {
+		t.Fatalf("second sweep's candidate: %+v", c)
+	}
+	if got, _ := tc.s.store.GetWorkspace(ctx, ws.ID); got.State != api.StateClosed {
+		t.Fatalf("state after the handed-back claim: %s", got.State)
+	}
+	for _, snap := range snaps {
+		if got := mustSnapshot(t, tc, snap.ID); got.ReclaimedAt != nil || !tc.objectExists(snap.ObjectKey) {
+			t.Errorf("verified receipt %s reclaimed behind the unverified newest %s", snap.ID, newer.ID)
+		}
 	}
 }
