@@ -232,6 +232,9 @@ func (s *layerSet) drain() error {
 		if l == nil {
 			continue
 		}
+		// The decoder reads ahead in routines of its own; closing it waits for them, so the
+		// rest of the object is read here alone (what the decoder read is hashed all the same).
+		l.tr.Close()
 		if _, err := io.Copy(io.Discard, l.raw); err != nil {
 			return err
 		}
