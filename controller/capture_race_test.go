@@ -16,6 +16,8 @@ import (
 	"github.com/tetherhq/tether/controller/blob"
 	"github.com/tetherhq/tether/controller/store"
 	"github.com/tetherhq/tether/controller/wsstate"
+	"github.com/tetherhq/tether/sandbox/snapshot"
+	"golang.org/x/sys/unix"
 )
 
 // gateGet holds the first Get of key, once the object is open, until release is closed.
@@ -53,8 +55,8 @@ func TestOverlappingCapturesPublishInOrder(t *testing.T) {
 			writeFile(t, lw.root, "big.txt", strings.Repeat("unchanged bytes ", 4096))
 			writeFile(t, lw.root, "small.txt", "one")
 			// Files written within the racy window are read again, never taken as refs: aged
-			// past it, the captures below refer to P's bytes.
-			time.Sleep(300 * time.Millisecond)
+			// past it, the captures below refer to earlier receipts' bytes.
+			waitPastRacyWindow(t, lw.root, "big.txt", "small.txt")
 			p, err := tc.s.CaptureSnapshot(ctx, lw.workspaceID, api.CaptureOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -100,6 +102,10 @@ func TestOverlappingCapturesPublishInOrder(t *testing.T) {
 			if newest := list[len(list)-1]; newest.ID != r.snap.ID || r.snap.Parent != c.ID || !r.snap.CreatedAt.After(c.CreatedAt) {
 				t.Fatalf("receipts %v: want the overlapped capture %s newest, after %s and from it", ids(list), r.snap.ID, c.ID)
 			}
+			// big.txt, unchanged since P, is a ref to the receipt the capture started again from.
+			if len(r.snap.Layers) == 0 {
+				t.Fatalf("receipt %s refers to no earlier receipt: the overlap was not of incremental captures", r.snap.ID)
+			}
 			for _, k := range append([]string{r.snap.ObjectKey}, r.snap.Layers...) {
 				if !tc.objectExists(k) {
 					t.Fatalf("receipt %s names %s, which is gone", r.snap.ID, k)
@@ -109,6 +115,23 @@ func TestOverlappingCapturesPublishInOrder(t *testing.T) {
 				t.Fatalf("verify %s: %+v, %v", r.snap.ID, res, err)
 			}
 		})
+	}
+}
+
+// waitPastRacyWindow returns once every named file under root last changed more than
+// snapshot.RacyWindow ago, so that a capture's cache may vouch for it (cache.go).
+func waitPastRacyWindow(t *testing.T, root string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(root, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		// The cache compares whole stamps against its start: a tick past the window is enough.
+		past := time.Unix(st.Ctim.Unix()).Add(snapshot.RacyWindow + 10*time.Millisecond)
+		for left := time.Until(past); left > 0; left = time.Until(past) {
+			time.Sleep(left)
+		}
 	}
 }
 
@@ -145,7 +168,7 @@ func TestCheckpointLosingToCloseEnds(t *testing.T) {
 	ctx := context.Background()
 	lw := tc.liveWorkspaceIn(t, "closerace", t.TempDir())
 	writeFile(t, lw.root, "data.txt", "work")
-	time.Sleep(300 * time.Millisecond) // past the racy window: captures take refs
+	waitPastRacyWindow(t, lw.root, "data.txt") // captures take refs
 	if _, err := tc.s.CaptureSnapshot(ctx, lw.workspaceID, api.CaptureOptions{}); err != nil {
 		t.Fatal(err)
 	}
